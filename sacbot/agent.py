@@ -1,0 +1,307 @@
+"""The Agent: what a game loop calls every tick.  Acting runs numpy only.
+
+Usage, from any game or env loop::
+
+    with Agent(cfg, obs_space, action_space) as agent:
+        agent.new_episode(opponent="tracker")
+        obs = game.reset()
+        while not over:
+            action = agent.act(obs)                        # never waits on learning
+            obs, reward, terminated, truncated = game.step(action)
+            agent.observe(reward, obs, terminated, truncated)
+        print(agent.status())
+
+``act`` returns an action inside ``action_space``; ``observe`` validates the step and
+hands it to the training thread through a bounded queue (dropped and counted if full).
+In eval mode (``cfg.eval_mode``) actions are deterministic and nothing is sent or saved.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import defaultdict
+
+import gymnasium as gym
+import numpy as np
+
+from . import checkpoint as ck
+from . import policy
+from .channels import Channel, SaveSlot
+from .config import Config
+from .liveness import Heartbeat, RoundCounter
+from .messages import MessageError, NewEpisode, make_transition
+from .snapshot import SnapshotReader, WeightSnapshot
+from .training import IOThread, TrainingState, TrainingThread, append_jsonl
+
+
+class AgentError(RuntimeError):
+    """The agent cannot start or was used wrongly; the message says what to do."""
+
+
+def space_dims(obs_space: gym.Space, action_space: gym.Space) -> tuple[int, int]:
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise AgentError(f"observation space {obs_space} is not supported: sacbot needs a Box "
+                         "(wrap Dict/Tuple spaces in gymnasium.wrappers.FlattenObservation)")
+    if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
+        raise AgentError(f"action space {action_space} is not supported: sacbot needs a 1-D Box")
+    if not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
+        raise AgentError(f"action space {action_space} is unbounded: SAC squashes actions with "
+                         "tanh and needs finite low/high")
+    return int(np.prod(obs_space.shape)), int(action_space.shape[0])
+
+
+class Agent:
+    def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, *, log=None):
+        self.cfg = cfg
+        self.log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+        self.obs_dim, self.act_dim = space_dims(obs_space, action_space)
+        self.obs_shape = obs_space.shape
+        self._low = action_space.low.astype(np.float32)
+        self._half = ((action_space.high - action_space.low) / 2).astype(np.float32)
+        self.eval_mode = cfg.eval_mode
+        self.rng = np.random.default_rng(cfg.seed + 7919)  # acting noise, apart from training's
+        self.started = time.time()
+        self.ticks = self.episodes = 0
+        self.sent = 0
+        self._closed = False
+        self._last_obs: np.ndarray | None = None
+        self._last_action: np.ndarray | None = None
+        self._ep_return, self._ep_len = 0.0, 0
+        self.opponent = ""
+        self.results: dict[str, list[float]] = defaultdict(list)
+        self.loaded_from: str | None = None
+        os.makedirs(cfg.run_dir, exist_ok=True)
+        self.heartbeat = Heartbeat(os.path.join(cfg.run_dir, "status.json"))
+        self.episodes_path = os.path.join(cfg.run_dir, "episodes.jsonl")
+        self.trainer: TrainingThread | None = None
+        self.io: IOThread | None = None
+        if self.eval_mode:
+            self.log("sacbot: EVAL MODE: deterministic actions; nothing is sent to a learner "
+                     "or saved")
+            self._start_eval()
+        else:
+            self._start_training()
+        self.pstate = policy.initial_state(self.params)
+
+    # --- start -----------------------------------------------------------------------
+    def _expect(self) -> dict:
+        return {"obs_dim": self.obs_dim, "act_dim": self.act_dim, "hidden": self.cfg.hidden}
+
+    def _start_eval(self) -> None:
+        found = ck.load_latest(self.cfg.weights_path, self._expect(), entries=("actor", "training"),
+                               log=self.log, set_aside_bad=False)
+        if found is None:
+            raise AgentError(f"no valid checkpoint in {self.cfg.weights_path!r} to evaluate; "
+                             "train first with `sacbot run` or pass --weights-path")
+        ckpt, self.loaded_from = found
+        arrays = {k[len("export."):]: v for k, v in ckpt["arrays"].items() if k.startswith("export.")}
+        self.params = policy.build_params(arrays)
+        self.policy_version = int(ckpt["meta"].get("grad_steps", 0))
+        self.rounds = None
+        self.learning_starts_left = 0
+
+    def _start_training(self) -> None:
+        cfg = self.cfg
+        os.makedirs(cfg.weights_path, exist_ok=True)
+        for p in ck.remove_stale_temps(cfg.weights_path):
+            self.log(f"sacbot: removed stale temp file {p}")
+        had_files = bool(ck.candidates(cfg.weights_path))
+        state = None
+        while True:
+            found = ck.load_latest(cfg.weights_path, self._expect(), log=self.log)
+            if found is None:
+                break
+            ckpt, path = found
+            try:
+                state = TrainingState.fresh(cfg, self.obs_dim, self.act_dim)
+                state.load_payload(ckpt["arrays"], ckpt["meta"])
+                self.loaded_from = path
+                break
+            except (KeyError, ValueError, TypeError, RuntimeError) as e:
+                aside = ck.set_aside(path)
+                self.log(f"sacbot: checkpoint {path} does not fit this config ({type(e).__name__}: "
+                         f"{e}); kept aside as {os.path.basename(aside)}")
+                state = None
+        if state is None:
+            if had_files:
+                if cfg.no_fresh_start:
+                    raise AgentError(f"no checkpoint in {cfg.weights_path!r} loads, and "
+                                     "--no-fresh-start refuses to start fresh (bad files are kept "
+                                     "aside as *.corrupt-*)")
+                self.log("sacbot: WARNING: no valid checkpoint could be loaded; STARTING FRESH. "
+                         "The unusable files are kept aside as *.corrupt-*.")
+            state = TrainingState.fresh(cfg, self.obs_dim, self.act_dim)
+        self.state = state
+        self.learning_starts_left = max(0, cfg.learning_starts - state.env_steps)
+        self.channel = Channel(cfg.queue_size)
+        self.save_slot = SaveSlot()
+        self.snapshot = WeightSnapshot()
+        self.snapshot.publish(state.learner.export_actor())
+        self.reader = SnapshotReader(self.snapshot)
+        self.reader.pull()
+        self.params = policy.build_params(self.reader.arrays)
+        self.policy_version = self.reader.version
+        self.rounds = RoundCounter(os.path.join(cfg.weights_path, "round_counter.txt"))
+        spaces = {"obs_dim": self.obs_dim, "act_dim": self.act_dim, "obs_shape": list(self.obs_shape),
+                  "action_low": self._low.tolist(), "action_high": (self._low + 2 * self._half).tolist()}
+        self.io = IOThread(self.save_slot, cfg.weights_path, cfg.keep_last, cfg.to_dict(), spaces)
+        self.trainer = TrainingThread(state, self.channel, self.save_slot, self.snapshot,
+                                      os.path.join(cfg.run_dir, "training_metrics.jsonl"),
+                                      with_replay=cfg.save_replay)
+        self.io.start()
+        self.trainer.start()
+
+    # --- the per-tick API ---------------------------------------------------------------
+    def act(self, obs) -> np.ndarray:
+        """An action for ``obs``, inside the action space.  Never waits on learning."""
+        if self._closed:
+            raise AgentError("act() after close()")
+        x = self._check_obs(obs, "obs")
+        if self.trainer is not None and self.reader.pull():
+            self.params = policy.build_params(self.reader.arrays)
+            self.policy_version = self.reader.version
+        a, self.pstate = policy.act(self.params, x, self.pstate, None if self.eval_mode else self.rng)
+        if self.learning_starts_left > 0:
+            # Uniform exploration until learning starts, as SB3 does; the recurrent
+            # state still sees the action actually taken.
+            a = self.rng.uniform(-1.0, 1.0, self.act_dim).astype(np.float32)
+            self.pstate = self.pstate._replace(prev_act=a)
+        self._last_obs, self._last_action = x, a
+        self.ticks += 1
+        self.heartbeat.maybe_write(self.status)
+        return self._low + (a + 1.0) * self._half
+
+    def observe(self, reward, next_obs, terminated, truncated) -> None:
+        """Record the outcome of the last act().  Ends the episode on terminated/truncated."""
+        if self._last_obs is None:
+            raise AgentError("observe() needs a preceding act() in the same episode")
+        nxt = self._check_obs(next_obs, "next_obs")
+        tr = make_transition(self._last_obs, self._last_action, reward, nxt, terminated, truncated,
+                             obs_dim=self.obs_dim, act_dim=self.act_dim)
+        self._last_obs = None
+        self._ep_return += tr.reward
+        self._ep_len += 1
+        if self.trainer is not None and not self._closed:
+            if self.learning_starts_left > 0:
+                self.learning_starts_left -= 1
+            if self.channel.send(tr):
+                self.sent += 1
+                if self.cfg.pace == "lockstep":
+                    self.trainer.wait_processed(self.sent, timeout=600.0)
+        if tr.terminated or tr.truncated:
+            self._end_episode()
+
+    def new_episode(self, opponent: str = "") -> None:
+        """Mark an episode start.  ``opponent`` is a stable identity key (name or id)."""
+        self.opponent = str(opponent)
+        self.pstate = policy.initial_state(self.params)
+        self._last_obs = None
+        self._ep_return, self._ep_len = 0.0, 0
+        if self.trainer is not None and not self._closed:
+            self.channel.send(NewEpisode(self.opponent))
+
+    def _end_episode(self) -> None:
+        self.episodes += 1
+        self.results[self.opponent].append(self._ep_return)
+        if self.rounds is not None:
+            self.rounds.bump()
+        if not self.eval_mode:
+            append_jsonl(self.episodes_path, {"time": time.time(), "episode": self.episodes,
+                                              "return": self._ep_return, "length": self._ep_len,
+                                              "opponent": self.opponent,
+                                              "policy_version": self.policy_version})
+        self.pstate = policy.initial_state(self.params)
+        self._ep_return, self._ep_len = 0.0, 0
+
+    def _check_obs(self, obs, name: str) -> np.ndarray:
+        try:
+            a = np.asarray(obs, dtype=np.float32)
+        except (TypeError, ValueError) as e:
+            raise MessageError(f"{name} is not numeric ({type(obs).__name__}): {e}") from None
+        if a.size != self.obs_dim:
+            raise MessageError(f"{name} has shape {a.shape}, expected {self.obs_shape} "
+                               f"({self.obs_dim} values)")
+        a = a.reshape(-1)
+        if not np.isfinite(a).all():
+            bad = np.flatnonzero(~np.isfinite(a))[:5].tolist()
+            raise MessageError(f"{name} has non-finite values at flat indices {bad}; "
+                               "the environment produced NaN/inf")
+        return a
+
+    # --- status and shutdown --------------------------------------------------------
+    @property
+    def learner_error(self) -> str | None:
+        return self.trainer.error if self.trainer is not None else None
+
+    def status(self) -> dict:
+        st = {"pid": os.getpid(), "time": time.time(), "started": self.started,
+              "mode": "eval" if self.eval_mode else "train", "ticks": self.ticks,
+              "episodes": self.episodes, "policy_version": self.policy_version,
+              "round_counter": self.rounds.value if self.rounds else None,
+              "loaded_from": self.loaded_from}
+        if self.trainer is not None:
+            s, io = self.trainer.state, self.io
+            assert io is not None
+            st.update(learner_steps=s.grad_steps, env_steps_received=s.env_steps,
+                      buffer_size=len(s.replay), quant_phase=s.learner.quant_phase,
+                      drops={**self.channel.drops, "save": s.save_offers_dropped},
+                      grad_steps_per_s=round(self.trainer.steps_per_s, 2),
+                      device=str(s.learner.device), torch_threads=self.trainer.torch_threads,
+                      learner_alive=self.trainer.is_alive(), last_error=self.trainer.error
+                      or io.stats.last_error, last_save=io.stats.last_save,
+                      save_errors=io.stats.errors, losses=s.losses)
+        return st
+
+    def close(self, deadline: float = 30.0) -> dict:
+        """Stop sending, move queued transitions into the buffer, make the final save
+        (blocking, guaranteed), stop the I/O thread, join everything within ``deadline``."""
+        if self._closed:
+            return self.status()
+        self._closed = True
+        if self.trainer is None:
+            self.heartbeat.maybe_write(self.status, force=True)
+            return self.status()
+        end = time.monotonic() + deadline
+        tr, io = self.trainer, self.io
+        assert io is not None
+        tr.stop_event.set()
+        tr.join(max(0.1, end - time.monotonic()))
+        if tr.is_alive():
+            self.log("sacbot: training thread did not stop in time; final save skipped")
+        else:
+            from .training import handle_message
+            for m in self.channel.drain():
+                handle_message(tr.state, m)  # into the buffer, not trained on (SPEC 6)
+            tr.state.pending = 0
+            try:
+                self.save_slot.put_final(tr.state.payload(self.cfg.save_replay),
+                                         timeout=max(0.1, end - time.monotonic()))
+            except Exception as e:  # noqa: BLE001
+                self.log(f"sacbot: final save could not be queued: {type(e).__name__}: {e}")
+        io.stop(max(0.1, end - time.monotonic()))
+        if io.is_alive():
+            self.log("sacbot: I/O thread did not finish in time")
+        st = self.status()
+        self.heartbeat.maybe_write(lambda: st, force=True)
+        return st
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def summary(agent: Agent) -> dict:
+    """Eval summary: episodes, mean and std of return, per-opponent results."""
+    allr = [r for rs in agent.results.values() for r in rs]
+    per = {k: {"episodes": len(v), "mean_return": float(np.mean(v)), "std_return": float(np.std(v))}
+           for k, v in agent.results.items()}
+    return {"episodes": len(allr), "mean_return": float(np.mean(allr)) if allr else None,
+            "std_return": float(np.std(allr)) if allr else None, "per_opponent": per,
+            "checkpoint": agent.loaded_from}
+
+
+

@@ -1,0 +1,137 @@
+"""Command line: ``sacbot run | eval | inspect | status`` (also ``python -m sacbot``).
+
+Exit codes: 0 success, 1 failure (learner crashed, invalid checkpoint), 2 bad usage
+or configuration, 130 a second interrupt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import signal
+import sys
+import threading
+
+from .config import ConfigError, add_arguments, from_args
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sacbot", description="Bots that learn while they play.")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    for name, help_ in (("run", "play and learn; resumes from the weights path"),
+                        ("eval", "evaluate the newest checkpoint (eval mode: nothing is saved)")):
+        sp = sub.add_parser(name, help=help_, description=help_)
+        sp.add_argument("--config", metavar="TOML", help="TOML config file (env SACBOT_CONFIG)")
+        add_arguments(sp)
+        if name == "eval":
+            sp.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    sp = sub.add_parser("inspect", help="verify a checkpoint and summarise its manifest")
+    sp.add_argument("file")
+    sp = sub.add_parser("status", help="print a run directory's heartbeat")
+    sp.add_argument("run_dir", nargs="?", default="runs/default")
+    return p
+
+
+class _Signals:
+    """First SIGINT/SIGTERM starts a graceful close; a second exits at once."""
+
+    def __init__(self, stop: threading.Event):
+        self.stop = stop
+
+    def __call__(self, signum, frame):
+        if self.stop.is_set():
+            os._exit(128 + signum)
+        print(f"sacbot: {signal.Signals(signum).name}: closing (final save); send again to exit now",
+              file=sys.stderr, flush=True)
+        self.stop.set()
+
+    def install(self):
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, self)
+
+
+def cmd_run(args, eval_mode: bool) -> int:
+    from .agent import AgentError, summary
+    from .driver import drive
+
+    cfg = from_args(args)
+    if eval_mode or cfg.eval_mode:
+        cfg = dataclasses.replace(cfg, eval_mode=True)
+        if getattr(args, "json", False):
+            cfg = dataclasses.replace(cfg, quiet=True)
+        if not cfg.episodes and not cfg.steps:
+            cfg = dataclasses.replace(cfg, episodes=10)
+    stop = threading.Event()
+    _Signals(stop).install()
+    try:
+        report = drive(cfg, stop)
+    except AgentError as e:
+        print(f"sacbot: {e}", file=sys.stderr)
+        return 1
+    agent = report.pop("agent")
+    if cfg.eval_mode:
+        s = summary(agent)
+        if getattr(args, "json", False):
+            print(json.dumps(s))
+        else:
+            print(f"eval: {s['episodes']} episodes, return {s['mean_return']:.2f} ± {s['std_return']:.2f} "
+                  f"(checkpoint {s['checkpoint']})")
+            for opp, r in s["per_opponent"].items():
+                print(f"  {opp or '-'}: {r['episodes']} episodes, return {r['mean_return']:.2f} "
+                      f"± {r['std_return']:.2f}")
+        return 0
+    err = agent.learner_error
+    last = report.get("last_save")
+    print(f"sacbot: {report['env_steps']} env steps, {report.get('learner_steps', 0)} gradient steps, "
+          f"{agent.episodes} episodes; final checkpoint: {last['path'] if last else 'none'}",
+          file=sys.stderr)
+    if err:
+        print(f"sacbot: the learner failed: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    from .checkpoint import CheckpointError, read_checkpoint
+
+    try:
+        ck = read_checkpoint(args.file)
+    except CheckpointError as e:
+        print(f"invalid: {e}")
+        return 1
+    m = ck["manifest"]
+    print(f"{args.file}: valid sacbot checkpoint")
+    print(f"  format_version {m.get('format_version')}"
+          + (f" (migrated from {m['migrated_from']})" if m.get("migrated_from") else ""))
+    print(f"  sacbot {m.get('sacbot_version')}, step {m.get('step')}, env steps {m.get('env_steps')}")
+    for n, e in sorted(m.get("entries", {}).items()):
+        print(f"  {n:24s} {e['size']:>12,d} bytes  sha256 {e['sha256'][:16]}…  verified")
+    cfg = m.get("config", {})
+    keys = ("env", "hidden", "batch_size", "seq_len", "utd_ratio", "quant", "quant_bits")
+    print("  config: " + ", ".join(f"{k}={cfg[k]}" for k in keys if k in cfg))
+    return 0
+
+
+def cmd_status(args) -> int:
+    from .status import print_status
+
+    return print_status(args.run_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.cmd in ("run", "eval"):
+            return cmd_run(args, args.cmd == "eval")
+        if args.cmd == "inspect":
+            return cmd_inspect(args)
+        return cmd_status(args)
+    except ConfigError as e:
+        print(f"sacbot: configuration error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

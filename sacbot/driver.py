@@ -1,0 +1,132 @@
+"""Gymnasium driver: runs an Agent on any env with a Box action space.
+
+Pace modes:
+
+* ``free``: as fast as the env and the acting thread go.
+* ``realtime``: ticks on a fixed clock at ``tps``; a tick that starts after its
+  deadline counts as a miss (a game server would have moved on).
+* ``lockstep``: the agent waits after each step until the learner has done the UTD
+  steps owed, so runs are reproducible and comparable with synchronous libraries.
+
+Usage::
+
+    report = drive(cfg, stop=threading.Event())
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+import gymnasium as gym
+import numpy as np
+
+from .agent import Agent, AgentError
+from .config import Config
+
+
+def make_env(env_id: str, render_mode: str | None = None) -> gym.Env:
+    import envs  # noqa: F401 - registers sacbot's envs
+
+    try:
+        env = gym.make(env_id, render_mode=render_mode)
+    except gym.error.Error as e:
+        raise AgentError(f"cannot make env {env_id!r}: {e}") from None
+    if isinstance(env.observation_space, gym.spaces.Dict | gym.spaces.Tuple):
+        env = gym.wrappers.FlattenObservation(env)
+    return env
+
+
+class Progress:
+    """One live line: steps, moving-average return, grad steps/s, version, drops."""
+
+    def __init__(self, enabled: bool, total: int | None):
+        self.enabled = enabled
+        self._last = 0.0
+        self._bar = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as RichProgress
+
+            self._bar = RichProgress(TextColumn("[bold]sacbot"), BarColumn(), TextColumn("{task.description}"),
+                                     TimeElapsedColumn(), transient=False,
+                                     console=Console(stderr=True))
+            self._task = self._bar.add_task("", total=total)
+            self._bar.start()
+
+    def update(self, steps: int, text: str, force: bool = False) -> None:
+        if not self._bar:
+            return
+        now = time.monotonic()
+        if force or now - self._last > 0.5:
+            self._last = now
+            self._bar.update(self._task, completed=steps, description=text)
+
+    def close(self) -> None:
+        if self._bar:
+            self._bar.stop()
+
+
+def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None) -> dict:
+    """Play until --steps, --episodes or ``stop``; close the agent (final save); report."""
+    stop = stop or threading.Event()
+    env = make_env(cfg.env)
+    agent = Agent(cfg, env.observation_space, env.action_space, log=agent_log)
+    returns: deque[float] = deque(maxlen=20)
+    progress = Progress(not cfg.quiet, cfg.steps or (None if cfg.episodes else None))
+    period = 1.0 / cfg.tps
+    misses = ticks = 0
+    next_tick = time.perf_counter()
+    steps = 0
+    seed = cfg.seed
+    try:
+        while not stop.is_set():
+            obs, info = env.reset(seed=seed)
+            seed = None  # seed once; the env's own RNG continues, as gymnasium intends
+            agent.new_episode(str(info.get("opponent", "")))
+            ep_ret = 0.0
+            done = False
+            while not done and not stop.is_set():
+                if cfg.pace == "realtime":
+                    now = time.perf_counter()
+                    if now > next_tick + period:
+                        misses += 1  # this tick starts after its deadline
+                        next_tick = now
+                    else:
+                        time.sleep(max(0.0, next_tick - now))
+                    next_tick += period
+                action = agent.act(obs)
+                obs, reward, terminated, truncated, info = env.step(action)
+                agent.observe(reward, obs, terminated, truncated)
+                ep_ret += float(reward)
+                steps += 1
+                ticks += 1
+                done = terminated or truncated
+                st = agent.trainer.steps_per_s if agent.trainer else 0.0
+                drops = agent.channel.drops["transition"] if agent.trainer else 0
+                avg = f"{np.mean(returns):8.1f}" if returns else "     n/a"
+                progress.update(steps, f"steps {steps}  ret(avg20) {avg}  grad/s {st:6.1f}  "
+                                       f"v{agent.policy_version}  drops {drops}")
+                if cfg.steps and steps >= cfg.steps:
+                    stop.set()
+            if done:
+                returns.append(ep_ret)
+            if cfg.episodes and agent.episodes >= cfg.episodes:
+                break
+    finally:
+        progress.close()
+        env.close()
+        final = agent.close()
+    final.update(env_steps=steps, deadline_misses=misses, ticks=ticks,
+                 mean_return_last20=float(np.mean(returns)) if returns else None)
+    final["agent"] = agent
+    return final
+
+
+def exit_code(report: dict) -> int:
+    return 1 if report.get("last_error") and not report.get("learner_alive", True) else 0
+
+
+

@@ -1,0 +1,73 @@
+"""Liveness files (SPEC section 7): the round counter and the status.json heartbeat.
+
+Both are written by the acting loop itself, atomically (temp file, then rename), so
+a reader never sees a torn value and a stuck loop shows as a stale file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    tmp = os.path.join(d, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+class RoundCounter:
+    """One integer in a file; bumped once per finished episode; continues after restart."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.value = read_round_counter(path) or 0
+
+    def bump(self) -> int:
+        self.value += 1
+        try:
+            atomic_write_text(self.path, f"{self.value}\n")
+        except OSError:
+            pass  # a runner sees a stale counter and acts; the bot must not die of it
+        return self.value
+
+
+def read_round_counter(path: str) -> int | None:
+    try:
+        with open(path) as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+class Heartbeat:
+    """Writes status.json at most once per ``interval`` seconds."""
+
+    def __init__(self, path: str, interval: float = 1.0):
+        self.path, self.interval = path, interval
+        self._last = 0.0
+        self.failures = 0
+
+    def maybe_write(self, make_status, force: bool = False) -> bool:
+        now = time.monotonic()
+        if not force and now - self._last < self.interval:
+            return False
+        self._last = now
+        try:
+            atomic_write_text(self.path, json.dumps(make_status(), indent=1, default=str))
+            return True
+        except (OSError, TypeError, ValueError):
+            self.failures += 1
+            return False
+
+
+def read_status(path: str) -> dict | None:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,153 @@
+"""Messages from acting to training, as plain data with a msgpack wire form.
+
+Only numpy arrays, Python scalars and strings cross a thread boundary (SPEC section 1),
+so every message can be sent between processes unchanged::
+
+    msg = Transition(obs, action, reward, next_obs, terminated, truncated)
+    assert decode(encode(msg)) == msg      # arrays compare with np.array_equal
+
+``make_transition`` is the acting boundary: it validates shapes, dtype and finiteness
+and raises :class:`MessageError` at the call that produced bad data, so nothing bad
+reaches the replay buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgpack
+import numpy as np
+
+
+class MessageError(ValueError):
+    """A message is malformed: bad shapes, non-finite values or undecodable bytes."""
+
+
+@dataclass(frozen=True, eq=False)
+class Transition:
+    obs: np.ndarray
+    action: np.ndarray
+    reward: float
+    next_obs: np.ndarray
+    terminated: bool
+    truncated: bool
+
+    def __eq__(self, other):
+        return (isinstance(other, Transition) and np.array_equal(self.obs, other.obs)
+                and np.array_equal(self.action, other.action) and self.reward == other.reward
+                and np.array_equal(self.next_obs, other.next_obs)
+                and self.terminated == other.terminated and self.truncated == other.truncated)
+
+
+@dataclass(frozen=True)
+class NewEpisode:
+    """An episode starts.  ``opponent`` is a stable identity key (a name, else an id)."""
+
+    opponent: str = ""
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    pass
+
+
+Message = Transition | NewEpisode | Shutdown
+
+
+def _vector(name: str, x, dim: int) -> np.ndarray:
+    try:
+        a = np.asarray(x, dtype=np.float32)
+    except (TypeError, ValueError) as e:
+        raise MessageError(f"{name} must be a float array of shape ({dim},), got {type(x).__name__}: {e}") from None
+    if a.shape != (dim,):
+        raise MessageError(f"{name} has shape {a.shape}, expected ({dim},)")
+    if not np.isfinite(a).all():
+        bad = np.flatnonzero(~np.isfinite(a))[:5].tolist()
+        raise MessageError(f"{name} has non-finite values at indices {bad}: {a[bad].tolist()}")
+    return a
+
+
+def make_transition(obs, action, reward, next_obs, terminated, truncated, *, obs_dim: int,
+                    act_dim: int) -> Transition:
+    """Validate at the acting boundary: float32, shapes as the spaces say, finite."""
+    r = float(reward)
+    if not np.isfinite(r):
+        raise MessageError(f"reward must be finite, got {reward!r}")
+    return Transition(_vector("obs", obs, obs_dim), _vector("action", action, act_dim), r,
+                      _vector("next_obs", next_obs, obs_dim), bool(terminated), bool(truncated))
+
+
+# --- msgpack wire form -----------------------------------------------------------------
+_ND = 1  # ext type code of a numpy array
+
+
+def _default(obj):
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.hasobject:
+            raise MessageError("object arrays cannot be sent")
+        header = msgpack.packb([obj.dtype.str, list(obj.shape)])
+        return msgpack.ExtType(_ND, header + np.ascontiguousarray(obj).tobytes())
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise TypeError(f"cannot encode {type(obj).__name__}")
+
+
+def _ext_hook(code, data):
+    if code != _ND:
+        raise MessageError(f"unknown msgpack ext type {code}")
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(data))
+    unpacker.feed(data)
+    dtype, shape = next(unpacker)
+    header_len = unpacker.tell()
+    dt = np.dtype(dtype)
+    if dt.hasobject:
+        raise MessageError("object arrays are refused")
+    arr = np.frombuffer(data, dtype=dt, offset=header_len)
+    return arr.reshape(shape).copy()
+
+
+def pack(obj) -> bytes:
+    """msgpack with numpy arrays as an ext type; no pickle anywhere."""
+    return msgpack.packb(obj, default=_default, use_bin_type=True)
+
+
+def unpack(data: bytes, max_size: int = 1 << 30):
+    try:
+        return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=True,
+                               max_buffer_size=max_size)
+    except MessageError:
+        raise
+    except Exception as e:  # msgpack raises several types; callers get one
+        raise MessageError(f"malformed msgpack data ({type(e).__name__}: {e})") from None
+
+
+def encode(msg: Message) -> bytes:
+    if isinstance(msg, Transition):
+        body = ["T", msg.obs, msg.action, msg.reward, msg.next_obs, msg.terminated, msg.truncated]
+    elif isinstance(msg, NewEpisode):
+        body = ["N", msg.opponent]
+    elif isinstance(msg, Shutdown):
+        body = ["S"]
+    else:
+        raise MessageError(f"not a message: {type(msg).__name__}")
+    return pack(body)
+
+
+def decode(data: bytes) -> Message:
+    body = unpack(data)
+    try:
+        kind = body[0]
+        if kind == "T" and len(body) == 7:
+            obs, action, reward, next_obs, term, trunc = body[1:]
+            if not all(isinstance(a, np.ndarray) for a in (obs, action, next_obs)):
+                raise MessageError("transition arrays missing")
+            return Transition(obs, action, float(reward), next_obs, bool(term), bool(trunc))
+        if kind == "N" and len(body) == 2 and isinstance(body[1], str):
+            return NewEpisode(body[1])
+        if kind == "S" and len(body) == 1:
+            return Shutdown()
+    except (TypeError, IndexError, KeyError, ValueError) as e:
+        if isinstance(e, MessageError):
+            raise
+        raise MessageError(f"malformed message: {e}") from None
+    raise MessageError(f"malformed message: {str(body)[:80]}")

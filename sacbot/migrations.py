@@ -1,0 +1,38 @@
+"""Older checkpoint layouts, read into the current in-memory form.
+
+Format version 1 (sacbot before the entry split) was a zip with ``manifest.json``
+(no ``format_version`` key) and a single ``state.msgpack`` entry holding
+``{"arrays": {...}, "meta": {...}}`` uncompressed, with the manifest's ``sha256`` and
+``size`` describing that one entry.  ``tests/fixtures/ckpt_v1.zip`` is such a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from . import checkpoint as ck
+from .messages import unpack
+
+
+def read_v1(path: str, zf, manifest: dict, by_name: dict) -> dict:
+    if "state.msgpack" not in by_name:
+        raise ck.CheckpointError(f"{path}: version-1 checkpoint without state.msgpack")
+    size = int(manifest.get("size", -1))
+    if not 0 <= size <= ck.MAX_ENTRY_BYTES:
+        raise ck.CheckpointError(f"{path}: version-1 manifest declares a bad size {size}")
+    blob = ck._read_entry(zf, by_name["state.msgpack"], size)
+    if len(blob) != size or hashlib.sha256(blob).hexdigest() != manifest.get("sha256"):
+        raise ck.CheckpointError(f"{path}: state.msgpack fails its sha256/size check (corrupt)")
+    obj = unpack(blob, max_size=size + 1)
+    if not isinstance(obj, dict) or not isinstance(obj.get("arrays"), dict):
+        raise ck.CheckpointError(f"{path}: version-1 state has no array table")
+    arrays, meta = obj["arrays"], obj.get("meta", {})
+    ck._check_finite(arrays, path)
+    # v1 kept counters at the top level of the manifest; v2 keeps them in meta too.
+    migrated = {
+        "format": ck.FORMAT, "format_version": ck.FORMAT_VERSION, "migrated_from": 1,
+        "step": int(manifest.get("step", meta.get("grad_steps", 0))),
+        "config": manifest.get("config", {}), "spaces": manifest.get("spaces", {}),
+        "entries": {}, "sacbot_version": manifest.get("sacbot_version", "unknown"),
+    }
+    return {"manifest": migrated, "arrays": arrays, "meta": meta}

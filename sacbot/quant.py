@@ -1,0 +1,224 @@
+"""Quantization-aware layers: LSQ fake quantization for a linear layer and an LSTM.
+
+Pipeline (SPEC section 11): *calibrating* (fp32 forward, input ranges observed)
+-> *quantizing* (fake-quant forward, learned scales) -> export (int8 + scales).
+``off`` keeps plain fp32 throughout, for comparison.
+
+Two tricks keep the numpy actor in :mod:`sacbot.policy` in step with these layers:
+
+* A quantized linear layer multiplies the *integer* tensors, ``q_x @ q_w.T``, and
+  applies ``s_x * s_w`` afterwards.  Integer-valued float32 products and sums are
+  exact while ``in_features * Qx * Qw < 2**24``, so torch and numpy get the same bits
+  whatever order their BLAS sums in.  Mathematically this is the same as
+  ``(q_x s_x) @ (q_w s_w).T``, so autograd yields the LSQ gradients unchanged.
+* The straight-through estimator and the LSQ gradient scale are custom autograd
+  Functions: their forward values are exactly ``round(clamp(x/s))`` and ``exp(log_s)``,
+  so an exported scale and integer weight equal the ones used in training.
+
+The LSTM takes the "fused kernel" route of issue 2: weights and the layer input are
+fake-quantized, then ``torch.lstm`` runs the recurrence in C++.  The recurrent state
+h, c is not quantized, so a Python loop over time is never needed; docs/learner.md
+has the measurement behind that choice.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# Phases, stored as an int buffer so they travel with the learner state.
+OFF, CALIBRATING, QUANTIZING = 0, 1, 2
+PHASE_NAMES = {OFF: "off", CALIBRATING: "calibrating", QUANTIZING: "training"}
+
+# log-scale floor: exp(-20) ~ 2e-9 keeps every scale strictly positive and x/s finite,
+# even if an optimizer drives the log-scale without bound.
+_LOG_SCALE_MIN = -20.0
+
+
+def qrange(bits: int, signed: bool) -> tuple[int, int]:
+    """(Qn, Qp): the integer grid is [-Qn, Qp].  Signed grids are symmetric, so 8 bits
+    gives [-127, 127] and fits int8; unsigned inputs (after a ReLU) use [0, 2**b - 1]."""
+    if signed:
+        q = 2 ** (bits - 1) - 1
+        return q, q
+    return 0, 2**bits - 1
+
+
+class _LsqScale(torch.autograd.Function):
+    """s = exp(max(log_s, floor)) forward; LSQ-scaled gradient backward.
+
+    LSQ (Esser et al. 2020, eq. 4) multiplies the step-size gradient by
+    g = 1/sqrt(N * Qp) so it stays commensurate with the weight updates.  One fused
+    Function instead of five autograd ops: the learner calls it 9 times per update.
+    """
+
+    @staticmethod
+    def forward(ctx, log_s, g: float):
+        s = log_s.clamp(min=_LOG_SCALE_MIN).exp()
+        ctx.save_for_backward(s, log_s)
+        ctx.g = g
+        return s
+
+    @staticmethod
+    def backward(ctx, grad):
+        s, log_s = ctx.saved_tensors
+        return grad * s * (log_s > _LOG_SCALE_MIN) * ctx.g, None
+
+
+class _FakeQuantInt(torch.autograd.Function):
+    """q = round(clamp(x / s, -Qn, Qp)) as an integer-valued float tensor.
+
+    Backward is the straight-through estimator: inside the clip range round() passes
+    the gradient of x / s unchanged (dq/dx = 1/s, dq/ds = -x/s^2); outside, q is
+    constant.  Combined with the ``* s`` the caller applies, d(q s)/ds is LSQ's
+    ``q - x/s`` inside and ``-Qn`` or ``Qp`` outside.
+    """
+
+    @staticmethod
+    def forward(ctx, x, s, qn: int, qp: int):
+        v = x / s
+        ctx.save_for_backward(v, s)
+        ctx.qn, ctx.qp = qn, qp
+        return v.clamp(-qn, qp).round()
+
+    @staticmethod
+    def backward(ctx, grad):
+        v, s = ctx.saved_tensors
+        # hardtanh_backward is the "inside the clip range" mask in one fused op; a
+        # comparison-and-multiply costs 5x more on CPU (bool tensors are slow).
+        g = torch.ops.aten.hardtanh_backward(grad, v, -ctx.qn, ctx.qp) / s
+        gs = -(g * v)
+        # reduce to s's shape (per tensor: a scalar; per channel: (out, 1))
+        gs = gs.sum() if s.dim() == 0 else gs.sum(dim=tuple(range(1, gs.dim())), keepdim=True)
+        return g, gs.view(s.shape), None, None
+
+
+class LsqQuantizer(nn.Module):
+    """A learned-step-size quantizer: per tensor (shape ``()``) or per output channel."""
+
+    def __init__(self, shape: tuple[int, ...], bits: int, signed: bool, n_features: int):
+        super().__init__()
+        self.bits, self.signed = bits, signed
+        self.qn, self.qp = qrange(bits, signed)
+        # LSQ gradient scale 1/sqrt(N * Qp): keeps the step-size update commensurate
+        # with the weight updates (Esser et al. 2020, section 2.2).
+        self.g = 1.0 / math.sqrt(n_features * self.qp)
+        # Learned in log space so the scale is positive by construction.
+        self.log_scale = nn.Parameter(torch.zeros(shape))
+
+    def scale(self) -> torch.Tensor:
+        return _LsqScale.apply(self.log_scale, self.g)
+
+    def integer(self, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        """Integer-valued float tensor round(clamp(x / s)); STE inside the clip range."""
+        return _FakeQuantInt.apply(x, s, self.qn, self.qp)
+
+    @torch.no_grad()
+    def init_from_range(self, max_abs: torch.Tensor) -> None:
+        s = (max_abs / self.qp).clamp(min=1e-6)
+        self.log_scale.copy_(s.log().expand_as(self.log_scale))
+
+
+class _QuantLayer(nn.Module):
+    """Shared phase handling and input-range observation for the layers below."""
+
+    phase: torch.Tensor
+    calib_max: torch.Tensor
+
+    def _init_quant(self, in_features: int, quant: bool, bits: int, input_signed: bool) -> None:
+        self.register_buffer("phase", torch.tensor(CALIBRATING if quant else OFF))
+        self.register_buffer("calib_max", torch.zeros(()))
+        self.bits, self.input_signed = bits, input_signed
+        self.xq = LsqQuantizer((), bits, input_signed, in_features) if quant else None
+
+    def _observe(self, x: torch.Tensor) -> None:
+        with torch.no_grad():
+            torch.maximum(self.calib_max, x.detach().abs().max(), out=self.calib_max)
+
+    def weight_quantizers(self) -> list[tuple[LsqQuantizer, nn.Parameter]]:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def finish_calibration(self) -> None:
+        """Initialise scales from what calibration saw, then start fake quantization."""
+        if int(self.phase) != CALIBRATING:
+            return
+        assert self.xq is not None
+        self.xq.init_from_range(self.calib_max)
+        for wq, w in self.weight_quantizers():
+            wq.init_from_range(w.abs().amax(dim=1, keepdim=True))
+        self.phase.fill_(QUANTIZING)
+
+
+class QLinear(_QuantLayer):
+    """Linear layer with per-output-channel weight and per-tensor input fake quantization."""
+
+    def __init__(self, in_features: int, out_features: int, *, quant: bool, bits: int = 8,
+                 input_signed: bool = True):
+        super().__init__()
+        ref = nn.Linear(in_features, out_features)  # PyTorch's default initialisation
+        self.weight, self.bias = ref.weight, ref.bias
+        self._init_quant(in_features, quant, bits, input_signed)
+        self.wq = LsqQuantizer((out_features, 1), bits, True, in_features) if quant else None
+
+    def weight_quantizers(self):
+        assert self.wq is not None
+        return [(self.wq, self.weight)]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        phase = int(self.phase)
+        if phase == QUANTIZING:
+            assert self.xq is not None and self.wq is not None
+            sx, sw = self.xq.scale(), self.wq.scale()
+            acc = F.linear(self.xq.integer(x, sx), self.wq.integer(self.weight, sw))
+            return acc * (sx * sw.view(-1)) + self.bias
+        if phase == CALIBRATING:
+            self._observe(x)
+        return F.linear(x, self.weight, self.bias)
+
+
+class QLSTM(_QuantLayer):
+    """Single-layer batch-first LSTM with fake-quantized weights and input.
+
+    Gate order and equations are PyTorch's (i, f, g, o); the recurrent state is fp32.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, *, quant: bool, bits: int = 8,
+                 input_signed: bool = True):
+        super().__init__()
+        ref = nn.LSTM(input_size, hidden_size, batch_first=True)
+        self.hidden_size = hidden_size
+        self.weight_ih, self.weight_hh = ref.weight_ih_l0, ref.weight_hh_l0
+        self.bias_ih, self.bias_hh = ref.bias_ih_l0, ref.bias_hh_l0
+        self._init_quant(input_size, quant, bits, input_signed)
+        if quant:
+            self.wq_ih = LsqQuantizer((4 * hidden_size, 1), bits, True, input_size)
+            self.wq_hh = LsqQuantizer((4 * hidden_size, 1), bits, True, hidden_size)
+
+    def weight_quantizers(self):
+        return [(self.wq_ih, self.weight_ih), (self.wq_hh, self.weight_hh)]
+
+    def effective_weights(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(input, W_ih, W_hh) as the fused kernel sees them in the current phase."""
+        phase = int(self.phase)
+        if phase == QUANTIZING:
+            assert self.xq is not None
+            sx, si, sh = self.xq.scale(), self.wq_ih.scale(), self.wq_hh.scale()
+            return (self.xq.integer(x, sx) * sx,
+                    self.wq_ih.integer(self.weight_ih, si) * si,
+                    self.wq_hh.integer(self.weight_hh, sh) * sh)
+        if phase == CALIBRATING:
+            self._observe(x)
+        return x, self.weight_ih, self.weight_hh
+
+    def forward(self, x: torch.Tensor, hc: tuple[torch.Tensor, torch.Tensor] | None = None):
+        x_in, w_ih, w_hh = self.effective_weights(x)
+        if hc is None:
+            z = x.new_zeros(1, x.shape[0], self.hidden_size)
+            hc = (z, z)
+        out, h, c = torch.lstm(x_in, hc, (w_ih, w_hh, self.bias_ih, self.bias_hh),
+                               True, 1, 0.0, self.training, False, True)
+        return out, (h, c)

@@ -1,0 +1,313 @@
+"""SAC-LSTM learner: networks, the update and the actor export, top to bottom in one file.
+
+Usage::
+
+    learner = SACLSTMLearner(obs_dim, act_dim, cfg)
+    while training:
+        metrics = learner.update(replay.sample(cfg.batch_size, cfg.seq_len, rng))
+        snapshot.publish(learner.export_actor())
+    arrays, meta = learner.state()          # plain arrays + JSON-able scalars
+    other.load_state(arrays, meta)          # bitwise-identical continuation
+
+Layout (SPEC section 10, after pomdp-baselines, Ni et al. 2022): actor and critic
+each encode the history (obs_t, a_{t-1}) with their own fc1 -> LSTM.  The critic's
+recurrent core runs **once** per update and serves both Q heads, the replayed actions
+and the policy's actions; the target critic is a polyak copy of core and heads.  The
+naive layout (shared/bench/naive_sac_lstm_step.py) runs 8 LSTM passes forward and 5
+backward per update; this one runs 3 forward (actor, critic, target) and 2 backward.
+
+Only the actor is quantization-aware: it is the only network that is deployed, so
+quantizing the critics would add noise and cost for nothing.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .config import Config
+from .quant import OFF, PHASE_NAMES, QLSTM, QUANTIZING, QLinear
+from .replay import SequenceBatch
+
+# CleanRL's soft clamp of the log-std: a hard clamp would zero its gradient.
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+FC_HIDDEN = 128  # fc2 width (SPEC section 10)
+
+
+def squash_log_std(raw: torch.Tensor) -> torch.Tensor:
+    return LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(raw) + 1.0)
+
+
+def tanh_log_prob(u: torch.Tensor, mu: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    """log pi(a) for a = tanh(u), u ~ N(mu, std): Gaussian log-density minus
+    sum log|da/du|, with log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), which stays
+    finite where 1 - a^2 rounds to 0 (SAC paper, appendix C)."""
+    z = (u - mu) / log_std.exp()
+    gauss = -0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)
+    correction = 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
+    return (gauss - correction).sum(-1)
+
+
+class Actor(nn.Module):
+    """fc1 -> LSTM(h) -> fc2(128) -> [mean | log-std] head, all quantization-aware."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: int, quant: bool, bits: int):
+        super().__init__()
+        q = dict(quant=quant, bits=bits)
+        self.act_dim = act_dim
+        self.fc1 = QLinear(obs_dim + act_dim, hidden, input_signed=True, **q)
+        self.lstm = QLSTM(hidden, hidden, input_signed=False, **q)  # input is post-ReLU
+        self.fc2 = QLinear(hidden, FC_HIDDEN, input_signed=True, **q)  # LSTM h in (-1, 1)
+        self.head = QLinear(FC_HIDDEN, 2 * act_dim, input_signed=False, **q)
+
+    def quant_layers(self) -> list[QLinear | QLSTM]:
+        return [self.fc1, self.lstm, self.fc2, self.head]
+
+    def forward(self, obs: torch.Tensor, prev_act: torch.Tensor, hc=None):
+        """Returns (mean, log_std, hc) for every step of a (B, T, .) sequence."""
+        z = F.relu(self.fc1(torch.cat([obs, prev_act], -1)))
+        h, hc = self.lstm(z, hc)
+        mu, raw = self.head(F.relu(self.fc2(h))).split(self.act_dim, -1)
+        return mu, squash_log_std(raw), hc
+
+
+class Critic(nn.Module):
+    """One recurrent core for the history, twin Q heads on [h_t, a_t]."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: int):
+        super().__init__()
+        self.fc1 = nn.Linear(obs_dim + act_dim, hidden)
+        self.lstm = nn.LSTM(hidden, hidden, batch_first=True)
+        # Twin heads as stacked (2, in, out) weights so both run in one batched matmul;
+        # the first layer is split into its h and a parts (see ``heads``).
+        heads = [nn.Linear(hidden + act_dim, FC_HIDDEN) for _ in range(2)]
+        outs = [nn.Linear(FC_HIDDEN, 1) for _ in range(2)]
+        w1 = torch.stack([lin.weight.detach().t() for lin in heads])
+        self.w1h = nn.Parameter(w1[:, :hidden].clone())
+        self.w1a = nn.Parameter(w1[:, hidden:].clone())
+        self.b1 = nn.Parameter(torch.stack([lin.bias.detach() for lin in heads]).unsqueeze(1))
+        self.w2 = nn.Parameter(torch.stack([lin.weight.detach().t() for lin in outs]))
+        self.b2 = nn.Parameter(torch.stack([lin.bias.detach() for lin in outs]).unsqueeze(1))
+
+    def core(self, obs: torch.Tensor, prev_act: torch.Tensor) -> torch.Tensor:
+        h, _ = self.lstm(F.relu(self.fc1(torch.cat([obs, prev_act], -1))))
+        return h
+
+    def head_input(self, h: torch.Tensor) -> torch.Tensor:
+        """The h-dependent half of the heads' first layer, (2, B*T, 128).  The replayed
+        and the policy's actions share it, so it is computed once per update."""
+        return torch.matmul(h.reshape(1, -1, h.shape[-1]), self.w1h) + self.b1
+
+    def heads(self, hw: torch.Tensor, act: torch.Tensor, detach_params: bool = False):
+        """Q1, Q2 of shape (2, B, T) from ``head_input(h)`` and actions (B, T, A).
+        ``detach_params`` lets the actor loss use the critic without sending gradient
+        into it, so one backward serves all three losses."""
+        w1a, w2, b2 = self.w1a, self.w2, self.b2
+        if detach_params:
+            hw, w1a, w2, b2 = hw.detach(), w1a.detach(), w2.detach(), b2.detach()
+        B, T = act.shape[:2]
+        y = F.relu(hw + torch.matmul(act.reshape(1, B * T, -1), w1a))
+        return torch.baddbmm(b2, y, w2).view(2, B, T)
+
+
+class SACLSTMLearner:
+    def __init__(self, obs_dim: int, act_dim: int, cfg: Config):
+        self.cfg, self.obs_dim, self.act_dim = cfg, obs_dim, act_dim
+        self.device = torch.device(cfg.device)
+        quant = cfg.quant == "on"
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            self.actor = Actor(obs_dim, act_dim, cfg.hidden, quant, cfg.quant_bits)
+            self.critic = Critic(obs_dim, act_dim, cfg.hidden)
+            self.target = Critic(obs_dim, act_dim, cfg.hidden)
+        self.target.load_state_dict(self.critic.state_dict())
+        self.target.requires_grad_(False)
+        for m in (self.actor, self.critic, self.target):
+            m.to(self.device)
+        self.log_alpha = torch.zeros((), device=self.device, requires_grad=True)
+        self.target_entropy = -float(act_dim)
+        # Three optimizers, as in SAC; foreach kernels cut per-parameter overhead.
+        self.opt_actor = torch.optim.Adam(self.actor.parameters(), cfg.lr, fused=True)
+        self.opt_critic = torch.optim.Adam(self.critic.parameters(), cfg.lr, fused=True)
+        self.opt_alpha = torch.optim.Adam([self.log_alpha], cfg.lr, fused=True)
+        self.gen = torch.Generator(device=self.device).manual_seed(cfg.seed + 1)
+        self.updates = 0
+        self._critic_params = list(self.critic.parameters())
+        self._target_params = list(self.target.parameters())
+        if not quant:
+            for layer in self.actor.quant_layers():
+                layer.phase.fill_(OFF)
+
+    # --- the SAC update ------------------------------------------------------------
+    def update(self, batch: SequenceBatch) -> dict[str, float]:
+        cfg = self.cfg
+        t = {k: torch.as_tensor(v, device=self.device) for k, v in batch._asdict().items()}
+        obs, act, mask = t["obs"], t["act"], t["mask"]
+        prev_act = torch.cat([t["prev_act0"].unsqueeze(1), act], 1)  # (B, T+1, A)
+        n = mask.sum().clamp(min=1.0)
+        alpha = self.log_alpha.exp().detach()
+
+        # Actor over the whole window: its actions at t serve the actor loss, at t+1
+        # the critic target.  Noise comes from the learner's own generator.
+        mu, log_std, _ = self.actor(obs, prev_act)
+        eps = torch.randn(mu.shape, generator=self.gen, device=self.device)
+        u = mu + log_std.exp() * eps
+        a_pi, logp = torch.tanh(u), tanh_log_prob(u, mu, log_std)
+
+        # Critic: the recurrent core runs once; its output feeds both losses.
+        h = self.critic.core(obs, prev_act)
+        with torch.no_grad():
+            h_targ = self.target.core(obs, prev_act)
+            hw_targ = self.target.head_input(h_targ[:, 1:])
+            q_next = self.target.heads(hw_targ, a_pi[:, 1:].detach()).min(0).values
+            v_next = q_next - alpha * logp[:, 1:]
+            # Bootstrap through truncation, never through termination.
+            y = t["rew"] + cfg.gamma * (1.0 - t["terminated"]) * v_next
+        hw = self.critic.head_input(h[:, :-1])
+        q = self.critic.heads(hw, act)
+        critic_loss = (((q - y) ** 2) * mask).sum() / n
+
+        q_pi = self.critic.heads(hw, a_pi[:, :-1], detach_params=True).min(0).values
+        logp_t = logp[:, :-1]
+        actor_loss = ((alpha * logp_t - q_pi) * mask).sum() / n
+        alpha_loss = -(self.log_alpha * ((logp_t.detach() + self.target_entropy) * mask)).sum() / n
+
+        # The three losses touch disjoint parameters, so one backward serves them all.
+        for opt in (self.opt_actor, self.opt_critic, self.opt_alpha):
+            opt.zero_grad(set_to_none=True)
+        (critic_loss + actor_loss + alpha_loss).backward()
+        gn_actor = nn.utils.get_total_norm([p.grad for p in self.actor.parameters()
+                                            if p.grad is not None], foreach=True)
+        gn_critic = nn.utils.get_total_norm([p.grad for p in self._critic_params], foreach=True)
+        self.opt_critic.step()
+        self.opt_actor.step()
+        self.opt_alpha.step()
+        with torch.no_grad():
+            torch._foreach_lerp_(self._target_params, self._critic_params, cfg.tau)
+
+        self.updates += 1
+        if self.updates == cfg.calib_updates and self.quant_phase == "calibrating":
+            self._finish_calibration()
+        with torch.no_grad():
+            q_mean = (q.mean(0) * mask).sum() / n
+            entropy = -(logp_t * mask).sum() / n
+            vals = torch.stack([critic_loss.detach(), actor_loss.detach(), alpha_loss.detach(),
+                                alpha, q_mean, entropy, gn_actor, gn_critic]).tolist()
+        keys = ("critic_loss", "actor_loss", "alpha_loss", "alpha", "q_mean", "entropy",
+                "grad_norm_actor", "grad_norm_critic")
+        return dict(zip(keys, vals))
+
+    # --- quantization phase --------------------------------------------------------
+    def _finish_calibration(self) -> None:
+        for layer in self.actor.quant_layers():
+            layer.finish_calibration()
+
+    @property
+    def quant_phase(self) -> str:
+        return PHASE_NAMES[int(self.actor.fc1.phase)]
+
+    # --- export of the deployable actor ---------------------------------------------
+    @torch.no_grad()
+    def export_actor(self) -> dict[str, np.ndarray]:
+        """Plain arrays for :mod:`sacbot.policy`.  Quantized layers give integer weights
+        (int8 for bits <= 8) and float32 scales; otherwise float32 weights."""
+        a = self.actor
+        out: dict[str, np.ndarray] = {
+            "meta.sizes": np.array([self.obs_dim, self.act_dim, self.cfg.hidden, FC_HIDDEN], np.int64),
+            "meta.quantized": np.array(self.quant_phase == "training"),
+            "meta.bits": np.array(self.cfg.quant_bits, np.int64),
+        }
+        for name, layer in (("fc1", a.fc1), ("lstm", a.lstm), ("fc2", a.fc2), ("head", a.head)):
+            quantized = int(layer.phase) == QUANTIZING
+            if quantized:
+                assert layer.xq is not None
+                sx = layer.xq.scale()
+                out[f"{name}.x_scale"] = _np(sx)
+                out[f"{name}.x_range"] = np.array([-layer.xq.qn, layer.xq.qp], np.int64)
+            for wname, wq, w in _weights(name, layer):
+                if quantized:
+                    s = wq.scale()
+                    out[f"{name}.{wname}"] = _np(wq.integer(w, s)).astype(np.int8)
+                    out[f"{name}.{wname}_scale"] = _np(s.view(-1))
+                else:
+                    out[f"{name}.{wname}"] = _np(w)
+            for bname, b in _biases(name, layer):
+                out[f"{name}.{bname}"] = _np(b)
+        return out
+
+    # --- learner state: named plain arrays + JSON-able scalars, never pickle ----------
+    def state(self) -> tuple[dict[str, np.ndarray], dict]:
+        arrays: dict[str, np.ndarray] = {}
+        for prefix, mod in (("actor", self.actor), ("critic", self.critic), ("target", self.target)):
+            for k, v in mod.state_dict().items():
+                arrays[f"{prefix}.{k}"] = _np(v)
+        arrays["log_alpha"] = _np(self.log_alpha)
+        for oname, opt, params in self._optimizers():
+            for i, p in enumerate(params):
+                st = opt.state.get(p, {})
+                arrays[f"opt.{oname}.{i}.step"] = np.array(float(st["step"]) if st else 0.0, np.float32)
+                zeros = np.zeros(tuple(p.shape), np.float32)
+                arrays[f"opt.{oname}.{i}.exp_avg"] = _np(st["exp_avg"]) if st else zeros
+                arrays[f"opt.{oname}.{i}.exp_avg_sq"] = _np(st["exp_avg_sq"]) if st else zeros
+        arrays["rng.torch"] = _np(self.gen.get_state())
+        meta = {"updates": self.updates, "quant_phase": self.quant_phase,
+                "obs_dim": self.obs_dim, "act_dim": self.act_dim}
+        return arrays, meta
+
+    def load_state(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
+        if (meta["obs_dim"], meta["act_dim"]) != (self.obs_dim, self.act_dim):
+            raise ValueError(f"saved learner has obs/act dims {meta['obs_dim']}/{meta['act_dim']}, "
+                             f"this one {self.obs_dim}/{self.act_dim}")
+        for prefix, mod in (("actor", self.actor), ("critic", self.critic), ("target", self.target)):
+            sd = mod.state_dict()
+            new = {}
+            for k, v in sd.items():
+                a = arrays[f"{prefix}.{k}"]
+                if tuple(a.shape) != tuple(v.shape):
+                    raise ValueError(f"{prefix}.{k}: saved shape {a.shape}, expected {tuple(v.shape)}")
+                new[k] = torch.as_tensor(np.array(a), dtype=v.dtype)
+            mod.load_state_dict(new)
+        with torch.no_grad():
+            self.log_alpha.copy_(torch.as_tensor(arrays["log_alpha"]))
+        for oname, opt, params in self._optimizers():
+            opt.state.clear()
+            for i, p in enumerate(params):
+                step = float(arrays[f"opt.{oname}.{i}.step"])
+                if step > 0:
+                    opt.state[p] = {
+                        "step": torch.tensor(step, dtype=torch.float32),
+                        "exp_avg": torch.as_tensor(np.array(arrays[f"opt.{oname}.{i}.exp_avg"])).to(p),
+                        "exp_avg_sq": torch.as_tensor(np.array(arrays[f"opt.{oname}.{i}.exp_avg_sq"])).to(p),
+                    }
+        self.gen.set_state(torch.as_tensor(np.array(arrays["rng.torch"]), dtype=torch.uint8))
+        self.updates = int(meta["updates"])
+
+    def _optimizers(self):
+        return (("actor", self.opt_actor, list(self.actor.parameters())),
+                ("critic", self.opt_critic, self._critic_params),
+                ("alpha", self.opt_alpha, [self.log_alpha]))
+
+    def torch_threads(self) -> int:
+        return torch.get_num_threads()
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy().copy()
+
+
+def _weights(name, layer):
+    if name == "lstm":
+        return [("w_ih", getattr(layer, "wq_ih", None), layer.weight_ih),
+                ("w_hh", getattr(layer, "wq_hh", None), layer.weight_hh)]
+    return [("w", layer.wq, layer.weight)]
+
+
+def _biases(name, layer):
+    if name == "lstm":
+        return [("b_ih", layer.bias_ih), ("b_hh", layer.bias_hh)]
+    return [("b", layer.bias)]
+

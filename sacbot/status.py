@@ -1,0 +1,58 @@
+"""``sacbot status RUN_DIR``: the heartbeat as a readable table."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from .liveness import read_status
+
+STALE_AFTER_S = 10.0  # the heartbeat is written at least once per second while acting
+
+
+def _age(t: float | None) -> str:
+    if not t:
+        return "never"
+    s = time.time() - t
+    return f"{s:.0f} s ago" if s < 120 else f"{s / 60:.0f} min ago"
+
+
+def format_status(run_dir: str) -> tuple[str, int]:
+    path = os.path.join(run_dir, "status.json")
+    st = read_status(path)
+    if st is None:
+        return f"{run_dir}: no heartbeat ({path} missing or unreadable)", 1
+    age = time.time() - float(st.get("time", 0))
+    state = "STALE" if age > STALE_AFTER_S else "live"
+    drops = st.get("drops") or {}
+    last_save = st.get("last_save") or {}
+    rows = [
+        ("heartbeat", f"{state} ({age:.1f} s old), pid {st.get('pid')}, mode {st.get('mode')}"),
+        ("uptime", f"{(st.get('time', 0) - st.get('started', 0)) / 60:.1f} min"),
+        ("episodes", st.get("episodes")),
+        ("ticks", st.get("ticks")),
+        ("learner steps", st.get("learner_steps")),
+        ("policy version", st.get("policy_version")),
+        ("buffer", st.get("buffer_size")),
+        ("drops", ", ".join(f"{k} {v}" for k, v in drops.items()) or "none"),
+        ("quant phase", st.get("quant_phase")),
+        ("last save", f"{last_save.get('path')} ({_age(last_save.get('time'))})" if last_save else "none"),
+        ("last error", st.get("last_error") or "none"),
+    ]
+    evals = os.path.join(run_dir, "evals.jsonl")
+    if os.path.exists(evals):
+        try:
+            with open(evals) as fh:
+                last = fh.read().strip().splitlines()[-1]
+            rows.append(("last eval", last[:120]))
+        except (OSError, IndexError):
+            pass
+    width = max(len(k) for k, _ in rows)
+    text = "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    return text, (0 if state == "live" else 1)
+
+
+def print_status(run_dir: str) -> int:
+    text, code = format_status(run_dir)
+    print(text)
+    return code

@@ -1,0 +1,294 @@
+"""The training side: drain experience, then train (SPEC section 3).
+
+The logic is two plain functions of a :class:`TrainingState`, testable without
+threads::
+
+    state = TrainingState.fresh(cfg, obs_dim, act_dim)
+    for msg in messages:
+        handle_message(state, msg)          # into the buffer; opponent policy
+    line = train_pass(state, offer_save)    # UTD steps, saves inside the loop
+
+:class:`TrainingThread` is a thin loop around them: block for one message (with a
+timeout so the stop event is always seen), take everything else queued, run a pass,
+append a metrics line, publish the actor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .channels import Channel, SaveSlot
+from .config import Config
+from .messages import NewEpisode, Shutdown, Transition
+from .replay import SequenceReplay
+from .sac import SACLSTMLearner
+from .snapshot import WeightSnapshot
+
+
+@dataclass
+class TrainingState:
+    cfg: Config
+    learner: SACLSTMLearner
+    replay: SequenceReplay
+    rng: np.random.Generator
+    grad_steps: int = 0
+    env_steps: int = 0  # transitions received
+    episodes: int = 0
+    utd_carry: float = 0.0
+    opponent: str | None = None
+    pending: int = 0  # transitions handled since the last pass
+    buffer_clears: int = 0
+    save_offers_dropped: int = 0
+    losses: dict = field(default_factory=dict)
+
+    @classmethod
+    def fresh(cls, cfg: Config, obs_dim: int, act_dim: int) -> TrainingState:
+        return cls(cfg, SACLSTMLearner(obs_dim, act_dim, cfg),
+                   SequenceReplay(cfg.buffer_size, obs_dim, act_dim),
+                   np.random.default_rng(cfg.seed))
+
+    # --- plain-data snapshot for checkpoints ---------------------------------------
+    def payload(self, with_replay: bool) -> dict:
+        arrays, lmeta = self.learner.state()
+        arrays.update({f"export.{k}": v for k, v in self.learner.export_actor().items()})
+        meta = {"grad_steps": self.grad_steps, "env_steps": self.env_steps,
+                "episodes": self.episodes, "utd_carry": self.utd_carry,
+                "opponent": self.opponent, "learner": lmeta,
+                "rng_numpy": json.dumps(self.rng.bit_generator.state)}
+        if with_replay:
+            rarrays, rmeta = self.replay.export()
+            arrays.update(rarrays)
+            meta["replay"] = rmeta
+        return {"arrays": arrays, "meta": meta}
+
+    def load_payload(self, arrays: dict, meta: dict) -> None:
+        self.learner.load_state(arrays, meta["learner"])
+        self.grad_steps, self.env_steps = int(meta["grad_steps"]), int(meta["env_steps"])
+        self.episodes, self.utd_carry = int(meta["episodes"]), float(meta["utd_carry"])
+        self.opponent = meta.get("opponent")
+        self.rng.bit_generator.state = json.loads(meta["rng_numpy"])
+        if "replay" in meta:
+            self.replay.load(arrays, meta["replay"])
+
+
+def handle_message(state: TrainingState, msg) -> bool:
+    """Apply one message.  Returns True for Shutdown."""
+    if isinstance(msg, Transition):
+        state.replay.add(msg.obs, msg.action, msg.reward, msg.next_obs, msg.terminated, msg.truncated)
+        state.env_steps += 1
+        state.pending += 1
+    elif isinstance(msg, NewEpisode):
+        state.replay.start_episode()
+        if (state.opponent is not None and msg.opponent != state.opponent
+                and state.cfg.opponent_policy == "clear"):
+            # Experience against another opponent would mislead the critic (SPEC 2).
+            state.replay.clear()
+            state.buffer_clears += 1
+        state.opponent = msg.opponent
+        state.episodes += 1
+    elif isinstance(msg, Shutdown):
+        return True
+    else:
+        raise TypeError(f"unknown message {type(msg).__name__}")
+    return False
+
+
+def steps_owed(state: TrainingState) -> int:
+    """Gradient steps for the transitions drained: pending x UTD, remainder carried."""
+    owed = state.pending * state.cfg.utd_ratio + state.utd_carry
+    n = math.floor(owed + 1e-9)
+    state.utd_carry = owed - n
+    state.pending = 0
+    return n
+
+
+def train_pass(state: TrainingState, offer_save: Callable[[TrainingState], bool] | None = None) -> dict:
+    """Run the gradient steps owed.  Returns the pass's metrics (losses averaged)."""
+    cfg = state.cfg
+    drained = state.pending
+    n = steps_owed(state)
+    ready = len(state.replay) >= max(cfg.learning_starts, 1) and state.replay.can_sample(
+        cfg.batch_size, cfg.seq_len)
+    if not ready:
+        n = 0
+    sums: dict[str, float] = {}
+    for _ in range(n):
+        batch = state.replay.sample(cfg.batch_size, cfg.seq_len, state.rng, cfg.burn_in)
+        m = state.learner.update(batch)
+        state.grad_steps += 1
+        for k, v in m.items():
+            sums[k] = sums.get(k, 0.0) + v
+        # Inside the loop: a long burst of steps still produces saves (SPEC 3).
+        if offer_save is not None and state.grad_steps % cfg.save_interval == 0:
+            if not offer_save(state):
+                state.save_offers_dropped += 1
+    avg = {k: v / n for k, v in sums.items()} if n else {}
+    if avg:
+        state.losses = avg
+    return {"grad_steps": state.grad_steps, "buffer_size": len(state.replay),
+            "transitions_drained": drained, "pass_grad_steps": n, "quant_phase":
+            state.learner.quant_phase, **avg}
+
+
+def append_jsonl(path: str, record: dict) -> bool:
+    """Open, append, close.  A failure is reported to the caller, never raised."""
+    try:
+        with open(path, "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+        return True
+    except (OSError, TypeError, ValueError):
+        return False
+
+
+class TrainingThread(threading.Thread):
+    """Owns the learner.  Errors are caught at the top, kept in ``error`` and printed."""
+
+    def __init__(self, state: TrainingState, inbox: Channel, save_slot: SaveSlot,
+                 snapshot: WeightSnapshot, metrics_path: str, with_replay: bool = True):
+        super().__init__(name="sacbot-training", daemon=True)
+        self.state, self.inbox, self.save_slot, self.snapshot = state, inbox, save_slot, snapshot
+        self.metrics_path, self.with_replay = metrics_path, with_replay
+        self.stop_event = threading.Event()
+        self.error: str | None = None
+        self.processed = 0  # transitions whose pass has completed (for lockstep pace)
+        self._cond = threading.Condition()
+        self.metrics_failures = 0
+        self.steps_per_s = 0.0
+        self.torch_threads = 0
+
+    def offer_save(self, state: TrainingState) -> bool:
+        # Build the (large) payload only when the writer has room for it.
+        if not self.save_slot.has_room():
+            return False
+        return self.save_slot.offer(state.payload(self.with_replay))
+
+    def run(self) -> None:
+        try:
+            torch.set_num_threads(self.state.cfg.torch_threads)
+            self.torch_threads = torch.get_num_threads()  # measured, not configured
+            while not self.stop_event.is_set():
+                msg = self.inbox.recv(timeout=0.1)
+                if msg is None:
+                    continue
+                msgs = [msg] + self.inbox.drain()
+                stop = False
+                for m in msgs:
+                    stop = handle_message(self.state, m) or stop
+                drained = self.state.pending
+                if drained:
+                    t0 = time.perf_counter()
+                    line = train_pass(self.state, self.offer_save)
+                    dt = time.perf_counter() - t0
+                    if line["pass_grad_steps"]:
+                        self.steps_per_s = line["pass_grad_steps"] / max(dt, 1e-9)
+                    version = self.snapshot.publish(self.state.learner.export_actor())
+                    line.update(wall_time=time.time(), policy_version=version,
+                                drops=self.inbox.drops,
+                                save_drops=self.state.save_offers_dropped)
+                    if not append_jsonl(self.metrics_path, line):
+                        self.metrics_failures += 1
+                    with self._cond:
+                        self.processed += drained
+                        self._cond.notify_all()
+                if stop:
+                    break
+        except BaseException as e:  # noqa: BLE001 - recorded, printed, reported at exit
+            self.error = f"{type(e).__name__}: {e}"
+            print(f"sacbot: training thread failed; acting continues with the last weights:\n"
+                  f"{traceback.format_exc()}", file=sys.stderr, flush=True)
+            append_jsonl(self.metrics_path, {"wall_time": time.time(), "error": self.error})
+        finally:
+            with self._cond:
+                self._cond.notify_all()
+
+    def wait_processed(self, n: int, timeout: float) -> bool:
+        """Block until ``n`` transitions have been trained on (lockstep pace).  Returns
+        False if the thread died or stopped, so a waiting actor never hangs."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self.processed < n:
+                if self.error or not self.is_alive() or self.stop_event.is_set():
+                    return False
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.5))
+        return True
+
+
+@dataclass
+class IOStats:
+    saves: int = 0
+    errors: int = 0
+    last_save: dict | None = None
+    last_error: str | None = None
+
+
+_SENTINEL = object()
+
+
+class IOThread(threading.Thread):
+    """Writes each offered payload as an atomic checkpoint.  A failed save is counted
+    and reported; it never kills the learner, and the next save tries again."""
+
+    def __init__(self, save_slot: SaveSlot, weights_dir: str, keep_last: int, config: dict,
+                 spaces: dict):
+        super().__init__(name="sacbot-io", daemon=True)
+        self.save_slot, self.weights_dir, self.keep_last = save_slot, weights_dir, keep_last
+        self.config, self.spaces = config, spaces
+        self.stats = IOStats()
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        from .checkpoint import append_receipt, write_checkpoint
+
+        while True:
+            item = self.save_slot.get(timeout=0.2)
+            if item is None:
+                if self.stop_event.is_set():
+                    return
+                continue
+            try:
+                if item is _SENTINEL:
+                    return
+                try:
+                    r = write_checkpoint(self.weights_dir, item, self.keep_last, self.config, self.spaces)
+                    self.stats.saves += 1
+                    self.stats.last_save = {"path": r.path, "step": r.step, "bytes": r.bytes,
+                                            "time": time.time()}
+                    append_receipt(self.weights_dir, {"time": time.time(), "path": r.path, "step": r.step,
+                                                      "bytes": r.bytes, "sha256": r.sha256,
+                                                      "write_ms": round(r.write_ms, 2)})
+                except Exception as e:  # noqa: BLE001 - disk full, permissions: report, go on
+                    self.stats.errors += 1
+                    self.stats.last_error = f"{type(e).__name__}: {e}"
+                    print(f"sacbot: checkpoint save failed ({self.stats.last_error}); "
+                          "the next save will try again", file=sys.stderr, flush=True)
+                    append_receipt(self.weights_dir, {"time": time.time(), "error": self.stats.last_error,
+                                                      "step": int(item["meta"].get("grad_steps", 0))})
+            finally:
+                self.save_slot.task_done()
+
+    def stop(self, timeout: float) -> bool:
+        """Finish the save in progress, then exit.  Returns True if the thread ended."""
+        try:
+            self.save_slot.put_final(_SENTINEL, timeout=timeout)
+        except Exception:  # noqa: BLE001 - slot still full after timeout: fall back to the event
+            self.stop_event.set()
+        self.join(timeout)
+        return not self.is_alive()
+
+
+def metrics_path(cfg: Config) -> str:
+    return os.path.join(cfg.run_dir, "training_metrics.jsonl")
