@@ -112,9 +112,12 @@ def pack(obj) -> bytes:
 
 
 def unpack(data: bytes, max_size: int = 1 << 30):
+    """Decode; msgpack bounds every container and string by ``len(data)``, and
+    ``len(data)`` is bounded here, so hostile input cannot allocate without limit."""
+    if len(data) > max_size:
+        raise MessageError(f"msgpack data of {len(data)} bytes exceeds the limit {max_size}")
     try:
-        return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=True,
-                               max_buffer_size=max_size)
+        return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=True)
     except MessageError:
         raise
     except Exception as e:  # msgpack raises several types; callers get one

@@ -1,0 +1,138 @@
+"""The CLI in real subprocesses: signals, determinism, config errors, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sacbot.checkpoint import read_checkpoint
+from sacbot.config import ConfigError, load_config
+
+SACBOT = [sys.executable, "-m", "sacbot"]
+
+
+def run_args(tmp, *extra):
+    return ["run", "--run-dir", str(tmp / "run"), "--weights-path", str(tmp / "w"), "--quiet", *extra]
+
+
+def wait_for(pred, timeout, what):
+    """Poll a condition on files another process writes, with a hard deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def learner_steps(run_dir):
+    try:
+        with open(os.path.join(run_dir, "status.json")) as fh:
+            return json.load(fh).get("learner_steps", 0)
+    except (OSError, ValueError):
+        return 0
+
+
+@pytest.mark.timeout(90)
+def test_sigterm_makes_a_final_checkpoint_that_loads(tmp_path):
+    p = subprocess.Popen(SACBOT + run_args(tmp_path, "--env", "Pendulum-v1", "--learning-starts", "64",
+                                           "--save-interval", "100000"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: learner_steps(tmp_path / "run") > 5, 60, "the learner to take steps")
+        assert not os.path.exists(tmp_path / "w" / "sac_latest.zip")  # only the final save writes
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=10)
+        assert time.monotonic() - t0 < 10
+    finally:
+        p.kill()
+    assert p.returncode == 0, err
+    ck = read_checkpoint(str(tmp_path / "w" / "sac_latest.zip"))
+    assert ck["meta"]["grad_steps"] > 5 and len(ck["arrays"]["replay.obs"]) == ck["meta"]["env_steps"]
+    assert "SIGTERM" in err
+
+
+@pytest.mark.timeout(60)
+def test_second_signal_exits_at_once(tmp_path):
+    p = subprocess.Popen(SACBOT + run_args(tmp_path, "--env", "Pendulum-v1", "--learning-starts", "64"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: learner_steps(tmp_path / "run") > 0, 50, "the learner to start")
+        p.send_signal(signal.SIGINT)
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=10)
+    finally:
+        p.kill()
+    assert p.returncode in (128 + signal.SIGINT, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_lockstep_runs_are_deterministic(tmp_path):
+    """The issue's command, twice, side by side: identical metrics and identical weights."""
+    procs = []
+    for name in ("a", "b"):
+        d = tmp_path / name
+        procs.append(subprocess.Popen(SACBOT + run_args(d, "--env", "Pendulum-v1", "--pace", "lockstep",
+                                                        "--steps", "3000", "--seed", "0"),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        _, err = p.communicate(timeout=220)
+        assert p.returncode == 0, err
+
+    def metrics(name):
+        with open(tmp_path / name / "run" / "training_metrics.jsonl") as fh:
+            lines = [json.loads(x) for x in fh]
+        for line in lines:
+            line.pop("wall_time")
+        return lines
+
+    a, b = metrics("a"), metrics("b")
+    assert len(a) == 3000 and a[-1]["grad_steps"] == 2001
+    assert a == b
+    ma = read_checkpoint(str(tmp_path / "a" / "w" / "sac_latest.zip"))["manifest"]["entries"]
+    mb = read_checkpoint(str(tmp_path / "b" / "w" / "sac_latest.zip"))["manifest"]["entries"]
+    assert ma["model.msgpack.zst"]["sha256"] == mb["model.msgpack.zst"]["sha256"]
+
+
+@pytest.mark.parametrize("args,env,needle", [
+    (["--utd-ratio", "fast"], {}, "--utd-ratio = 'fast'"),
+    (["--pace", "warp"], {}, "pace = 'warp'"),
+    ([], {"SACBOT_BATCH_SIZE": "0"}, "batch_size = 0"),
+    ([], {"SACBOT_EVAL_MODE": "maybe"}, "SACBOT_EVAL_MODE = 'maybe'"),
+    ([], {"SACBOT_UTD_RATO": "1"}, "unknown environment variable SACBOT_UTD_RATO"),
+])
+def test_bad_config_exits_2_and_names_the_setting(tmp_path, args, env, needle):
+    p = subprocess.run(SACBOT + run_args(tmp_path, *args), capture_output=True, text=True, timeout=60,
+                       env={**os.environ, **env})
+    assert p.returncode == 2
+    assert needle in p.stderr and "expected" in p.stderr or "known" in p.stderr
+
+
+def test_config_precedence_toml_env_flags(tmp_path):
+    toml = tmp_path / "bot.toml"
+    toml.write_text("utd_ratio = 2.0\nbatch_size = 8\nsave_interval = 10\n")
+    env = {"SACBOT_BATCH_SIZE": "12", "SACBOT_SAVE_INTERVAL": "20"}
+    cfg = load_config(str(toml), env, {"save_interval": "30"})
+    assert (cfg.utd_ratio, cfg.batch_size, cfg.save_interval) == (2.0, 12, 30)
+    cfg = load_config(None, {"SACBOT_EVAL_MODE": "1", "SACBOT_WEIGHTS_PATH": "/x"}, {})
+    assert cfg.eval_mode and cfg.weights_path == "/x"
+    toml.write_text("utd_ratoi = 2\n")
+    with pytest.raises(ConfigError, match="unknown key 'utd_ratoi'"):
+        load_config(str(toml), {}, {})
+
+
+def test_help_works_on_every_subcommand():
+    for sub in ([], ["run"], ["eval"], ["inspect"], ["status"]):
+        p = subprocess.run(SACBOT + sub + ["--help"], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and "usage: sacbot" in p.stdout
+    p = subprocess.run(SACBOT + ["run", "--help"], capture_output=True, text=True, timeout=60)
+    assert "SACBOT_UTD_RATIO" in p.stdout and "--eval" in p.stdout

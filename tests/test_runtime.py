@@ -1,0 +1,267 @@
+"""Bot process (issue 3): messages, channels, snapshot, drain-then-train, Agent, eval mode."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import sys
+import threading
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from sacbot.agent import Agent
+from sacbot.channels import Channel, SaveSlot
+from sacbot.config import Config
+from sacbot.messages import MessageError, NewEpisode, Shutdown, Transition, decode, encode, make_transition
+from sacbot.snapshot import SnapshotReader, WeightSnapshot
+from sacbot.training import TrainingState, handle_message, train_pass
+
+pytestmark = pytest.mark.timeout(60)
+
+OBS_SPACE = gym.spaces.Box(-1, 1, (3,), np.float32)
+ACT_SPACE = gym.spaces.Box(-2, 2, (1,), np.float32)
+
+
+def tr(i=0.0, term=False, trunc=False):
+    return make_transition([i, 0, 0], [0.5], 1.0, [i + 1, 0, 0], term, trunc, obs_dim=3, act_dim=1)
+
+
+def small_cfg(tmp_path, **kw):
+    base = dict(hidden=8, batch_size=2, seq_len=4, learning_starts=4, calib_updates=2,
+                run_dir=str(tmp_path / "run"), weights_path=str(tmp_path / "w"), quiet=True)
+    base.update(kw)
+    return Config(**base)
+
+
+# --- messages -----------------------------------------------------------------------
+def test_every_message_round_trips_through_msgpack():
+    for msg in (tr(1.5, term=True), NewEpisode("tracker"), NewEpisode(""), Shutdown()):
+        back = decode(encode(msg))
+        assert type(back) is type(msg) and back == msg
+    t = decode(encode(tr(2.0)))
+    assert isinstance(t, Transition) and t.obs.dtype == np.float32 and t.obs[0] == 2.0
+
+
+@pytest.mark.parametrize("data", [b"", b"\xc1", b"\x93\x01\x02", encode(tr())[:-3],
+                                  encode(NewEpisode("x")).replace(b"N", b"Q"), b"\xd4\x05\x00"])
+def test_malformed_bytes_give_a_clear_error(data):
+    with pytest.raises(MessageError, match="malformed|unknown"):
+        decode(data)
+
+
+@pytest.mark.parametrize("kw,match", [(dict(obs=[0, 0]), "shape"), (dict(obs=[0, np.nan, 0]), "non-finite"),
+                                      (dict(reward=float("inf")), "reward"), (dict(action=[[1.0]]), "shape")])
+def test_bad_transitions_are_refused_at_the_boundary(kw, match):
+    args = dict(obs=[0, 0, 0], action=[0.5], reward=0.0, next_obs=[0, 0, 0], terminated=False, truncated=False)
+    args.update(kw)
+    with pytest.raises(MessageError, match=match):
+        make_transition(**args, obs_dim=3, act_dim=1)
+
+
+# --- channels -------------------------------------------------------------------------
+def test_overflow_drops_newest_and_counts_exactly():
+    ch = Channel(capacity=5)
+    sent = [tr(i) for i in range(8)] + [NewEpisode("a"), NewEpisode("b")]
+    accepted = [ch.send(m) for m in sent]
+    assert accepted == [True] * 5 + [False] * 5
+    assert ch.drops == {"transition": 3, "other": 2}
+    kept = ch.drain()
+    assert [m.obs[0] for m in kept] == [0, 1, 2, 3, 4]  # the oldest are kept, in order
+    assert ch.recv(timeout=0.01) is None
+
+
+def test_save_slot_drops_offers_but_never_the_final_save():
+    slot = SaveSlot()
+    assert slot.offer("a") and not slot.offer("b") and slot.dropped == 1
+    got = []
+
+    def consume():
+        got.append(slot.get(1.0))
+        slot.task_done()
+        got.append(slot.get(1.0))
+        slot.task_done()
+
+    t = threading.Thread(target=consume, name="test-consumer")
+    t.start()
+    slot.put_final("final", timeout=5)
+    t.join(5)
+    assert got == ["a", "final"]
+
+
+# --- snapshot ---------------------------------------------------------------------------
+def test_publish_increments_version_and_pull_reports_change():
+    snap = WeightSnapshot()
+    reader = SnapshotReader(snap)
+    assert not reader.pull()
+    snap.publish({"w": np.ones(3, np.float32)})
+    assert reader.pull() and reader.version == 1 and not reader.pull()
+    buf = reader.arrays["w"]
+    snap.publish({"w": np.full(3, 2, np.float32)})
+    assert reader.pull() and reader.arrays["w"] is buf and buf[0] == 2  # copied in place
+
+
+@pytest.mark.timeout(120)
+def test_pulls_never_see_a_half_written_snapshot():
+    snap = WeightSnapshot()
+    snap.publish({"a": np.zeros(4096, np.float32), "b": np.zeros((64, 64), np.float32)})
+    stop = threading.Event()
+
+    def publisher():
+        v = 1
+        while not stop.is_set():
+            v += 1
+            snap.publish({"a": np.full(4096, v, np.float32), "b": np.full((64, 64), v, np.float32)})
+
+    t = threading.Thread(target=publisher, name="test-publisher")
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch the GIL often, so pulls and publishes interleave
+    t.start()
+    reader, torn, changed = SnapshotReader(snap), 0, 0
+    try:
+        for _ in range(100_000):
+            if reader.pull():
+                changed += 1
+                a, b = reader.arrays["a"], reader.arrays["b"]
+                # the publisher fills every array with its version number (one more than the
+                # publish count, since the first publish above was all zeros)
+                if not (np.all(a == a[0]) and np.all(b == a[0]) and a[0] == reader.version):
+                    torn += 1
+    finally:
+        stop.set()
+        t.join(10)
+        sys.setswitchinterval(old)
+    assert changed > 100 and torn == 0
+
+
+# --- drain-then-train (plain functions, no threads) ----------------------------------
+def test_utd_steps_with_fractional_carry(tmp_path):
+    st = TrainingState.fresh(small_cfg(tmp_path, utd_ratio=0.75, learning_starts=0), 3, 1)
+    steps = []
+    for _ in range(4):
+        for i in range(3):
+            handle_message(st, tr(i))
+        steps.append(train_pass(st)["pass_grad_steps"])
+    assert steps == [2, 2, 2, 3]  # 2.25, 2.5, 2.75, 3.0 owed: remainder carried
+    assert st.grad_steps == 9 and st.utd_carry == pytest.approx(0.0)
+
+
+def test_no_steps_before_learning_starts(tmp_path):
+    st = TrainingState.fresh(small_cfg(tmp_path, learning_starts=10), 3, 1)
+    for i in range(9):
+        handle_message(st, tr(i))
+    assert train_pass(st)["pass_grad_steps"] == 0
+    handle_message(st, tr(9))
+    assert train_pass(st)["pass_grad_steps"] == 1
+
+
+def test_saves_are_offered_inside_the_step_loop_and_drops_counted(tmp_path):
+    st = TrainingState.fresh(small_cfg(tmp_path, learning_starts=0, save_interval=3, utd_ratio=5), 3, 1)
+    offers = []
+
+    def offer(state):  # the I/O slot is busy after the first offer
+        offers.append(state.grad_steps)
+        return len(offers) == 1
+
+    for i in range(4):
+        handle_message(st, tr(i))
+    line = train_pass(st, offer)
+    assert line["pass_grad_steps"] == 20
+    assert offers == [3, 6, 9, 12, 15, 18]  # one burst, six saves offered at the interval
+    assert st.save_offers_dropped == 5
+
+
+def test_opponent_change_clears_by_default_and_keep_keeps(tmp_path):
+    for policy_, expect in (("clear", 0), ("keep", 3)):
+        st = TrainingState.fresh(small_cfg(tmp_path, opponent_policy=policy_), 3, 1)
+        handle_message(st, NewEpisode("walker"))
+        for i in range(3):
+            handle_message(st, tr(i, term=i == 2))
+        handle_message(st, NewEpisode("walker"))
+        assert len(st.replay) == 3
+        handle_message(st, NewEpisode("spinner"))
+        assert len(st.replay) == expect
+
+
+# --- the Agent with real threads --------------------------------------------------------
+def play(agent, n, opponent="x"):
+    agent.new_episode(opponent)
+    obs = np.zeros(3, np.float32)
+    for t in range(n):
+        a = agent.act(obs)
+        assert ACT_SPACE.contains(a.astype(np.float32))
+        obs = np.full(3, (t % 7) / 7, np.float32)
+        agent.observe(float(a[0]), obs, False, t % 10 == 9)
+        if t % 10 == 9:
+            agent.new_episode(opponent)
+
+
+def test_agent_trains_and_final_save_is_written(tmp_path):
+    cfg = small_cfg(tmp_path, pace="lockstep", save_interval=1000)
+    with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
+        play(agent, 40)
+    st = agent.status()
+    assert st["learner_steps"] == 40 - cfg.learning_starts + 1
+    assert st["env_steps_received"] == 40 and st["drops"]["transition"] == 0
+    from sacbot.checkpoint import read_checkpoint
+    ck = read_checkpoint(os.path.join(cfg.weights_path, "sac_latest.zip"))
+    assert ck["meta"]["env_steps"] == 40 and ck["meta"]["grad_steps"] == st["learner_steps"]
+    assert int(open(os.path.join(cfg.weights_path, "round_counter.txt")).read()) == 4
+
+
+def test_eval_mode_sends_nothing_and_writes_no_weights(tmp_path):
+    cfg = small_cfg(tmp_path, pace="lockstep")
+    with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
+        play(agent, 20)
+    wdir = cfg.weights_path
+    before = {f: hashlib.sha256(open(os.path.join(wdir, f), "rb").read()).hexdigest() for f in os.listdir(wdir)}
+    ecfg = dataclasses.replace(cfg, eval_mode=True)
+    agent = Agent(ecfg, OBS_SPACE, ACT_SPACE)
+    assert agent.trainer is None and agent.io is None  # no learner, no writer, no queue
+    a1 = agent.act(np.zeros(3))
+    agent.observe(0.0, np.zeros(3), False, False)
+    agent.new_episode("other")
+    a2 = agent.act(np.zeros(3))
+    assert np.array_equal(a1, a2)  # deterministic
+    agent.observe(0.0, np.zeros(3), True, False)
+    agent.close()
+    after = {f: hashlib.sha256(open(os.path.join(wdir, f), "rb").read()).hexdigest() for f in os.listdir(wdir)}
+    assert after == before
+
+
+def test_bad_observation_from_the_game_names_the_problem(tmp_path):
+    with Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE) as agent:
+        agent.new_episode()
+        with pytest.raises(MessageError, match="shape"):
+            agent.act(np.zeros(4))
+        with pytest.raises(MessageError, match="non-finite"):
+            agent.act(np.array([0, np.inf, 0]))
+        agent.act(np.zeros(3))
+        with pytest.raises(MessageError, match="reward"):
+            agent.observe(float("nan"), np.zeros(3), False, False)
+        assert agent.status()["env_steps_received"] == 0
+
+
+def test_learner_failure_keeps_acting_and_is_reported(tmp_path):
+    cfg = small_cfg(tmp_path, learning_starts=1)
+    agent = Agent(cfg, OBS_SPACE, ACT_SPACE)
+
+    def boom(batch):
+        raise RuntimeError("injected learner failure")
+
+    agent.trainer.state.learner.update = boom
+    agent.new_episode()
+    obs = np.zeros(3)
+    for _ in range(cfg.batch_size):  # enough for the first batch: the update runs and fails
+        agent.act(obs)
+        agent.observe(0.0, obs, False, False)
+    agent.trainer.join(10)  # the thread ends on the error
+    assert not agent.trainer.is_alive()
+    for _ in range(50):  # acting goes on with the last weights
+        agent.act(obs)
+        agent.observe(0.0, obs, False, False)
+    st = agent.status()
+    assert "injected learner failure" in st["last_error"] and not st["learner_alive"]
+    agent.close()
