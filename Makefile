@@ -4,7 +4,7 @@
 # Train the default bot long enough to show learning, then write a checkpoint.
 run:
 	./tools/setup.sh
-	.venv/bin/sacbot run --steps 20000 --pace lockstep
+	.venv/bin/sacbot run --steps 10000 --pace lockstep
 
 # Lint, then the whole test suite.
 test:

@@ -68,13 +68,24 @@ def main() -> None:
     # saturate: stream transitions until the learner is busy, then measure
     act_loop(2000, send=True)
     sat = act_loop(a.calls, send=True)
-    publish_holds, pull_holds, lags = [], [], []
+    lags = []
     for i in range(2000):
         agent.act(obs[i % 1024])
         agent.observe(0.0, obs[(i + 1) % 1024], False, False)
-        publish_holds.append(agent.snapshot.last_publish_hold_s * 1e9)
-        pull_holds.append(agent.snapshot.last_pull_hold_s * 1e9)
         lags.append(agent.snapshot.version - agent.policy_version)
+    # Lock hold of publish and pull, with the learner's real export (quantized layout),
+    # while the training thread keeps running.
+    from sacbot.snapshot import SnapshotReader, WeightSnapshot
+
+    export = agent.trainer.state.learner.export_actor()
+    snap, publish_holds, pull_holds = WeightSnapshot(), [], []
+    reader = SnapshotReader(snap)
+    snap.publish(export)
+    for _ in range(2000):
+        snap.publish(export)
+        publish_holds.append(snap.last_publish_hold_s * 1e9)
+        reader.pull()
+        pull_holds.append(snap.last_pull_hold_s * 1e9)
 
     # torch policy on the acting thread, same load
     torch.set_num_threads(1)
