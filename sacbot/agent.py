@@ -33,7 +33,7 @@ from .config import Config
 from .liveness import Heartbeat, RoundCounter
 from .messages import MessageError, NewEpisode, make_transition
 from .snapshot import SnapshotReader, WeightSnapshot
-from .training import IOThread, TrainingState, TrainingThread, append_jsonl
+from .training import IOThread, TrainingState, TrainingThread, append_jsonl, handle_message
 
 
 class AgentError(RuntimeError):
@@ -271,7 +271,6 @@ class Agent:
         if tr.is_alive():
             self.log("sacbot: training thread did not stop in time; final save skipped")
         else:
-            from .training import handle_message
             for m in self.channel.drain():
                 handle_message(tr.state, m)  # into the buffer, not trained on (SPEC 6)
             tr.state.pending = 0

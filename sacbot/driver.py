@@ -75,7 +75,7 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None) -> d
     env = make_env(cfg.env)
     agent = Agent(cfg, env.observation_space, env.action_space, log=agent_log)
     returns: deque[float] = deque(maxlen=20)
-    progress = Progress(not cfg.quiet, cfg.steps or (None if cfg.episodes else None))
+    progress = Progress(not cfg.quiet, cfg.steps or None)
     period = 1.0 / cfg.tps
     misses = ticks = 0
     next_tick = time.perf_counter()
