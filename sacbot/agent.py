@@ -31,7 +31,7 @@ from . import policy
 from .channels import Channel, SaveSlot
 from .config import Config
 from .liveness import Heartbeat, RoundCounter
-from .messages import MessageError, NewEpisode, make_transition
+from .messages import MessageError, NewEpisode, Transition, check_reward, check_vector
 from .snapshot import SnapshotReader, WeightSnapshot
 from .training import IOThread, TrainingState, TrainingThread, append_jsonl, handle_message
 
@@ -177,9 +177,10 @@ class Agent:
         """Record the outcome of the last act().  Ends the episode on terminated/truncated."""
         if self._last_obs is None:
             raise AgentError("observe() needs a preceding act() in the same episode")
-        nxt = self._check_obs(next_obs, "next_obs")
-        tr = make_transition(self._last_obs, self._last_action, reward, nxt, terminated, truncated,
-                             obs_dim=self.obs_dim, act_dim=self.act_dim)
+        # obs was checked in act() and the action came from the policy: only the new
+        # values need checking, so the tick path validates each array once.
+        tr = Transition(self._last_obs, self._last_action, check_reward(reward),
+                        self._check_obs(next_obs, "next_obs"), bool(terminated), bool(truncated))
         self._last_obs = None
         self._ep_return += tr.reward
         self._ep_len += 1
@@ -217,18 +218,10 @@ class Agent:
 
     def _check_obs(self, obs, name: str) -> np.ndarray:
         try:
-            a = np.asarray(obs, dtype=np.float32)
-        except (TypeError, ValueError) as e:
-            raise MessageError(f"{name} is not numeric ({type(obs).__name__}): {e}") from None
-        if a.size != self.obs_dim:
-            raise MessageError(f"{name} has shape {a.shape}, expected {self.obs_shape} "
-                               f"({self.obs_dim} values)")
-        a = a.reshape(-1)
-        if not np.isfinite(a).all():
-            bad = np.flatnonzero(~np.isfinite(a))[:5].tolist()
-            raise MessageError(f"{name} has non-finite values at flat indices {bad}; "
-                               "the environment produced NaN/inf")
-        return a
+            return check_vector(name, obs, self.obs_dim, flatten=True)
+        except MessageError as e:
+            raise MessageError(f"{e} (observation space shape {self.obs_shape}; "
+                               "did the environment produce NaN/inf or the wrong shape?)") from None
 
     # --- status and shutdown --------------------------------------------------------
     @property

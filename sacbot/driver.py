@@ -125,8 +125,4 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None) -> d
     return final
 
 
-def exit_code(report: dict) -> int:
-    return 1 if report.get("last_error") and not report.get("learner_alive", True) else 0
-
-
 

@@ -54,27 +54,39 @@ class Shutdown:
 Message = Transition | NewEpisode | Shutdown
 
 
-def _vector(name: str, x, dim: int) -> np.ndarray:
+def check_vector(name: str, x, dim: int, flatten: bool = False) -> np.ndarray:
+    """``x`` as a finite float32 vector of ``dim`` values, or a MessageError naming the problem.
+    ``flatten`` accepts any shape with ``dim`` values (a Box observation of any rank)."""
     try:
         a = np.asarray(x, dtype=np.float32)
     except (TypeError, ValueError) as e:
-        raise MessageError(f"{name} must be a float array of shape ({dim},), got {type(x).__name__}: {e}") from None
-    if a.shape != (dim,):
-        raise MessageError(f"{name} has shape {a.shape}, expected ({dim},)")
+        raise MessageError(f"{name} is not numeric ({type(x).__name__}): {e}") from None
+    if (a.size if flatten else a.shape) != (dim if flatten else (dim,)):
+        raise MessageError(f"{name} has shape {a.shape}, expected ({dim},)"
+                           + (f" or any shape with {dim} values" if flatten else ""))
+    a = a.reshape(-1)
     if not np.isfinite(a).all():
         bad = np.flatnonzero(~np.isfinite(a))[:5].tolist()
         raise MessageError(f"{name} has non-finite values at indices {bad}: {a[bad].tolist()}")
     return a
 
 
+def check_reward(reward) -> float:
+    try:
+        r = float(reward)
+    except (TypeError, ValueError):
+        raise MessageError(f"reward must be a finite number, got {reward!r}") from None
+    if not np.isfinite(r):
+        raise MessageError(f"reward must be finite, got {reward!r}")
+    return r
+
+
 def make_transition(obs, action, reward, next_obs, terminated, truncated, *, obs_dim: int,
                     act_dim: int) -> Transition:
     """Validate at the acting boundary: float32, shapes as the spaces say, finite."""
-    r = float(reward)
-    if not np.isfinite(r):
-        raise MessageError(f"reward must be finite, got {reward!r}")
-    return Transition(_vector("obs", obs, obs_dim), _vector("action", action, act_dim), r,
-                      _vector("next_obs", next_obs, obs_dim), bool(terminated), bool(truncated))
+    return Transition(check_vector("obs", obs, obs_dim), check_vector("action", action, act_dim),
+                      check_reward(reward), check_vector("next_obs", next_obs, obs_dim),
+                      bool(terminated), bool(truncated))
 
 
 # --- msgpack wire form -----------------------------------------------------------------

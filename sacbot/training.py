@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import threading
 import time
@@ -113,17 +112,29 @@ def steps_owed(state: TrainingState) -> int:
     return n
 
 
-def train_pass(state: TrainingState, offer_save: Callable[[TrainingState], bool] | None = None) -> dict:
-    """Run the gradient steps owed.  Returns the pass's metrics (losses averaged)."""
+def ready_to_learn(state: TrainingState) -> bool:
+    cfg = state.cfg
+    return len(state.replay) >= max(cfg.learning_starts, 1) and state.replay.can_sample(
+        cfg.batch_size, cfg.seq_len)
+
+
+def train_pass(state: TrainingState, offer_save: Callable[[TrainingState], bool] | None = None,
+               stop: threading.Event | None = None) -> dict:
+    """Run the gradient steps owed.  Returns the pass's metrics (losses averaged).
+    If ``stop`` is set mid-pass, the steps not taken stay owed (carried), so a close is
+    prompt and a resumed run still takes them."""
     cfg = state.cfg
     drained = state.pending
-    n = steps_owed(state)
-    ready = len(state.replay) >= max(cfg.learning_starts, 1) and state.replay.can_sample(
-        cfg.batch_size, cfg.seq_len)
-    if not ready:
-        n = 0
+    n = steps_owed(state)  # consumes what was drained; the fraction carries
+    if not ready_to_learn(state):
+        n = 0  # steps owed before learning starts are not made up later
     sums: dict[str, float] = {}
-    for _ in range(n):
+    done = 0
+    for i in range(n):
+        if stop is not None and stop.is_set():
+            state.utd_carry += n - i
+            break
+        done += 1
         batch = state.replay.sample(cfg.batch_size, cfg.seq_len, state.rng, cfg.burn_in)
         m = state.learner.update(batch)
         state.grad_steps += 1
@@ -133,11 +144,11 @@ def train_pass(state: TrainingState, offer_save: Callable[[TrainingState], bool]
         if offer_save is not None and state.grad_steps % cfg.save_interval == 0:
             if not offer_save(state):
                 state.save_offers_dropped += 1
-    avg = {k: v / n for k, v in sums.items()} if n else {}
+    avg = {k: v / done for k, v in sums.items()} if done else {}
     if avg:
         state.losses = avg
     return {"grad_steps": state.grad_steps, "buffer_size": len(state.replay),
-            "transitions_drained": drained, "pass_grad_steps": n, "quant_phase":
+            "transitions_drained": drained, "pass_grad_steps": done, "quant_phase":
             state.learner.quant_phase, **avg}
 
 
@@ -166,6 +177,7 @@ class TrainingThread(threading.Thread):
         self.metrics_failures = 0
         self.steps_per_s = 0.0
         self.torch_threads = 0
+        self.learning = False
 
     def offer_save(self, state: TrainingState) -> bool:
         # Build the (large) payload only when the writer has room for it.
@@ -187,8 +199,12 @@ class TrainingThread(threading.Thread):
                     stop = handle_message(self.state, m) or stop
                 drained = self.state.pending
                 if drained:
+                    if not self.learning and ready_to_learn(self.state):
+                        self.learning = True  # said once: tells a person (or a test) training began
+                        print(f"sacbot: learning started with {len(self.state.replay)} transitions "
+                              "in the buffer", file=sys.stderr, flush=True)
                     t0 = time.perf_counter()
-                    line = train_pass(self.state, self.offer_save)
+                    line = train_pass(self.state, self.offer_save, self.stop_event)
                     dt = time.perf_counter() - t0
                     if line["pass_grad_steps"]:
                         self.steps_per_s = line["pass_grad_steps"] / max(dt, 1e-9)
@@ -288,7 +304,3 @@ class IOThread(threading.Thread):
             self.stop_event.set()
         self.join(timeout)
         return not self.is_alive()
-
-
-def metrics_path(cfg: Config) -> str:
-    return os.path.join(cfg.run_dir, "training_metrics.jsonl")

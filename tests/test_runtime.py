@@ -266,3 +266,21 @@ def test_learner_failure_keeps_acting_and_is_reported(tmp_path):
     st = agent.status()
     assert "injected learner failure" in st["last_error"] and not st["learner_alive"]
     agent.close()
+
+
+def test_a_stop_mid_pass_keeps_the_remaining_steps_owed(tmp_path):
+    st = TrainingState.fresh(small_cfg(tmp_path, learning_starts=0, utd_ratio=4), 3, 1)
+    for i in range(3):
+        handle_message(st, tr(i))
+    stop = threading.Event()
+    original = st.learner.update
+
+    def update_then_stop(batch):  # the close arrives during the 5th step
+        if st.grad_steps == 4:
+            stop.set()
+        return original(batch)
+
+    st.learner.update = update_then_stop
+    line = train_pass(st, stop=stop)
+    assert line["pass_grad_steps"] == 5 and st.grad_steps == 5
+    assert st.utd_carry == pytest.approx(7.0)  # 12 owed, 5 taken
