@@ -260,7 +260,7 @@ def read_checkpoint(path: str, entries: tuple[str, ...] | None = None) -> dict:
         raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, KeyError,
             TypeError, IndexError, OverflowError, MemoryError, zstandard.ZstdError, MessageError,
-            NotImplementedError, RuntimeError) as e:
+            NotImplementedError, RuntimeError, AttributeError) as e:
         raise CheckpointError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
 
 

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import pickle
 import zipfile
 
 import numpy as np
 import pytest
+import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sacbot import checkpoint as ck
 from sacbot.config import Config
-from sacbot.messages import make_transition
+from sacbot.messages import make_transition, pack
 from sacbot.training import TrainingState, handle_message, train_pass
 
 
@@ -100,7 +106,6 @@ def test_unsafe_entry_names_and_pickles_are_refused(tmp_path):
         zf.writestr("../evil", b"x")
     with pytest.raises(ck.CheckpointError, match="unsafe entry name"):
         ck.read_checkpoint(str(p))
-    import pickle
     with zipfile.ZipFile(p, "w") as zf:
         zf.writestr("manifest.json", pickle.dumps({"format": "x"}))
     with pytest.raises(ck.CheckpointError):
@@ -112,3 +117,160 @@ def test_stale_temp_files_are_removed_but_nothing_else(tmp_path):
     (tmp_path / "notes.txt").write_text("keep me")
     removed = ck.remove_stale_temps(str(tmp_path))
     assert len(removed) == 1 and os.listdir(tmp_path) == ["notes.txt"]
+
+
+@pytest.mark.timeout(180)
+def test_sigkill_during_continuous_saves_never_loses_the_latest(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("crash_test", os.path.join(
+        os.path.dirname(__file__), "..", "tools", "crash_test.py"))
+    crash = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(crash)
+    res = crash.run(kills=30, mb=2.0, seed=1)
+    assert res["failures"] == []
+    assert res["max_step_reached"] >= 30  # every child completed at least one save
+
+
+# --- formats and corruption ------------------------------------------------------------
+FIXTURE_V1 = os.path.join(os.path.dirname(__file__), "fixtures", "ckpt_v1.zip")
+
+
+def test_version_1_fixture_loads_through_the_migration():
+    c = ck.read_checkpoint(FIXTURE_V1)
+    assert c["manifest"]["migrated_from"] == 1 and "alpha" not in c["arrays"]
+    cfg = Config(hidden=8, batch_size=2, seq_len=4, learning_starts=2, calib_updates=2, seed=5)
+    st = TrainingState.fresh(cfg, 3, 1)
+    st.load_payload(c["arrays"], c["meta"])
+    assert st.grad_steps == 9 and len(st.replay) == 10
+    assert float(st.learner.log_alpha.detach()) == pytest.approx(float(c["arrays"]["log_alpha"]))
+    handle_message(st, tr(50))
+    assert train_pass(st)["pass_grad_steps"] == 1  # and training continues
+
+
+def rebuild(src, dst, manifest_edit=None, entry_edit=None, extra=None):
+    """Copy a checkpoint zip, editing the manifest and/or entries (digests left as they were
+    unless the edit recomputes them)."""
+    with zipfile.ZipFile(src) as zin:
+        items = {i.filename: zin.read(i) for i in zin.infolist()}
+    manifest = json.loads(items["manifest.json"])
+    if manifest_edit:
+        manifest_edit(manifest)
+    if entry_edit:
+        entry_edit(items, manifest)
+    items["manifest.json"] = json.dumps(manifest).encode()
+    items.update(extra or {})
+    with zipfile.ZipFile(dst, "w") as zout:
+        for n, b in items.items():
+            zout.writestr(n, b)
+
+
+def reseal(items, manifest, name, blob, raw_size):
+    items[name] = blob
+    manifest["entries"][name] = {"sha256": hashlib.sha256(blob).hexdigest(), "size": len(blob),
+                                 "raw_size": raw_size}
+
+
+@pytest.fixture
+def good_dir(tmp_path):
+    """A weights dir holding a valid step-10 file and a valid step-20 latest."""
+    st = trained_state(tmp_path)
+    for step in (10, 20):
+        st.grad_steps = step
+        ck.write_checkpoint(str(tmp_path), st.payload(False), keep_last=5, spaces={"obs_dim": 3, "act_dim": 1},
+                            config={"hidden": 8})
+    return tmp_path
+
+
+def _zstd(raw):
+    return zstandard.ZstdCompressor().compress(raw)
+
+
+CORRUPTIONS = {
+    "wrong version": dict(manifest_edit=lambda m: m.update(format_version=99)),
+    "non-finite weights": dict(entry_edit=lambda items, m: reseal(
+        items, m, "model.msgpack.zst",
+        _zstd(raw := pack({"arrays": {"actor.fc1.weight": np.array([np.nan], np.float32)}})), len(raw))),
+    "../evil entry": dict(extra={"../evil": b"x"}),
+    "zip bomb": dict(entry_edit=lambda items, m: reseal(
+        items, m, "model.msgpack.zst", _zstd(b"\0" * (64 << 20)), 1000)),  # claims 1 KB, holds 64 MB
+    "over the absolute cap": dict(entry_edit=lambda items, m: m["entries"]["model.msgpack.zst"].update(
+        raw_size=3 << 30)),
+    "pickle payload": dict(entry_edit=lambda items, m: reseal(
+        items, m, "model.msgpack.zst", _zstd(raw := pickle.dumps({"arrays": {}})), len(raw))),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CORRUPTIONS))
+def test_corruption_gives_checkpoint_error_keeps_file_and_falls_back(good_dir, case):
+    latest = good_dir / ck.LATEST
+    rebuild(latest, good_dir / "bad.zip", **CORRUPTIONS[case])
+    os.replace(good_dir / "bad.zip", latest)
+    os.unlink(good_dir / "sac_step_20.zip")
+    with pytest.raises(ck.CheckpointError):
+        ck.read_checkpoint(str(latest))
+    loaded, path = ck.load_latest(str(good_dir), log=lambda m: None)
+    assert path.endswith("sac_step_10.zip")
+    assert any(".corrupt-" in f for f in os.listdir(good_dir))
+
+
+def test_shapes_that_do_not_match_the_config_are_refused(good_dir):
+    loaded, path = ck.load_latest(str(good_dir), {"obs_dim": 3, "act_dim": 1, "hidden": 8}, log=lambda m: None)
+    assert path.endswith(ck.LATEST)
+    assert ck.load_latest(str(good_dir), {"obs_dim": 4, "act_dim": 1}, log=lambda m: None) is None
+    assert len([f for f in os.listdir(good_dir) if ".corrupt-" in f]) == 3  # all three kept aside
+
+
+def test_truncation_at_many_offsets_and_byte_flips_only_raise_checkpoint_error(good_dir, tmp_path):
+    data = (good_dir / ck.LATEST).read_bytes()
+    rnd = np.random.default_rng(0)
+    p = tmp_path / "victim.zip"
+    offsets = sorted(set(np.linspace(0, len(data) - 1, 40).astype(int)))
+    for off in offsets:
+        p.write_bytes(data[:off])
+        with pytest.raises(ck.CheckpointError):
+            ck.read_checkpoint(str(p))
+    for pos in rnd.integers(0, len(data), 40):
+        b = bytearray(data)
+        b[pos] ^= 1 + int(rnd.integers(0, 255))
+        p.write_bytes(bytes(b))
+        try:
+            ck.read_checkpoint(str(p))  # a flip in zip padding/metadata may be harmless ...
+        except ck.CheckpointError:
+            pass  # ... anything else must be a CheckpointError (no other exception type escapes)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=4096))
+def test_fuzz_random_bytes_only_raise_checkpoint_error(tmp_path, blob):
+    p = tmp_path / "fuzz.zip"
+    p.write_bytes(blob)
+    with pytest.raises(ck.CheckpointError):
+        ck.read_checkpoint(str(p))
+
+
+_VALID = None
+
+
+def _valid_bytes():
+    global _VALID
+    if _VALID is None:
+        _VALID = ck.build_zip(trained_state(None).payload(True), spaces={"obs_dim": 3, "act_dim": 1})[0]
+    return _VALID
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)), min_size=1, max_size=8),
+       st.one_of(st.none(), st.floats(0, 1)))
+def test_fuzz_mutated_valid_files_only_raise_checkpoint_error(tmp_path, edits, cut):
+    b = bytearray(_valid_bytes())
+    for where, value in edits:
+        b[int(where * len(b))] = value
+    if cut is not None:
+        b = b[: int(cut * len(b))]
+    p = tmp_path / "mut.zip"
+    p.write_bytes(bytes(b))
+    try:
+        ck.read_checkpoint(str(p))
+    except ck.CheckpointError:
+        pass
