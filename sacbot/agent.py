@@ -18,6 +18,7 @@ In eval mode (``cfg.eval_mode``) actions are deterministic and nothing is sent o
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -63,7 +64,7 @@ class Agent:
         self.eval_mode = cfg.eval_mode
         self.rng = np.random.default_rng(cfg.seed + 7919)  # acting noise, apart from training's
         self.started = time.time()
-        self.ticks = self.episodes = 0
+        self.ticks = self.episodes = self.episodes_started = 0
         self.sent = 0
         self._closed = False
         self._last_obs: np.ndarray | None = None
@@ -101,6 +102,7 @@ class Agent:
         self.policy_version = int(ckpt["meta"].get("grad_steps", 0))
         self.rounds = None
         self.learning_starts_left = 0
+        self.episode_base = 0
 
     def _start_training(self) -> None:
         cfg = self.cfg
@@ -108,7 +110,7 @@ class Agent:
         for p in ck.remove_stale_temps(cfg.weights_path):
             self.log(f"sacbot: removed stale temp file {p}")
         had_files = bool(ck.candidates(cfg.weights_path))
-        state = None
+        state, acting_rng = None, None
         while True:
             found = ck.load_latest(cfg.weights_path, self._expect(), log=self.log)
             if found is None:
@@ -117,6 +119,7 @@ class Agent:
             try:
                 state = TrainingState.fresh(cfg, self.obs_dim, self.act_dim)
                 state.load_payload(ckpt["arrays"], ckpt["meta"])
+                acting_rng = ckpt["meta"].get("acting_rng")
                 self.loaded_from = path
                 break
             except (KeyError, ValueError, TypeError, RuntimeError) as e:
@@ -135,6 +138,9 @@ class Agent:
             state = TrainingState.fresh(cfg, self.obs_dim, self.act_dim)
         self.state = state
         self.learning_starts_left = max(0, cfg.learning_starts - state.env_steps)
+        self.episode_base = state.episodes
+        if acting_rng:  # the final save holds the acting noise state: a resume continues it
+            self.rng.bit_generator.state = json.loads(acting_rng)
         self.channel = Channel(cfg.queue_size)
         self.save_slot = SaveSlot()
         self.snapshot = WeightSnapshot()
@@ -152,6 +158,11 @@ class Agent:
                                       with_replay=cfg.save_replay)
         self.io.start()
         self.trainer.start()
+
+    @property
+    def episode_index(self) -> int:
+        """Episodes started so far over the whole run, resumes included: the next one's index."""
+        return self.episode_base + self.episodes_started
 
     # --- the per-tick API ---------------------------------------------------------------
     def act(self, obs) -> np.ndarray:
@@ -197,6 +208,7 @@ class Agent:
     def new_episode(self, opponent: str = "") -> None:
         """Mark an episode start.  ``opponent`` is a stable identity key (name or id)."""
         self.opponent = str(opponent)
+        self.episodes_started += 1
         self.pstate = policy.initial_state(self.params)
         self._last_obs = None
         self._ep_return, self._ep_len = 0.0, 0
@@ -268,7 +280,9 @@ class Agent:
                 handle_message(tr.state, m)  # into the buffer, not trained on (SPEC 6)
             tr.state.pending = 0
             try:
-                self.save_slot.put_final(tr.state.payload(self.cfg.save_replay),
+                payload = tr.state.payload(self.cfg.save_replay)
+                payload["meta"]["acting_rng"] = json.dumps(self.rng.bit_generator.state)
+                self.save_slot.put_final(payload,
                                          timeout=max(0.1, end - time.monotonic()))
             except Exception as e:  # noqa: BLE001
                 self.log(f"sacbot: final save could not be queued: {type(e).__name__}: {e}")

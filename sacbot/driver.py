@@ -80,15 +80,18 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None) -> d
     misses = ticks = 0
     next_tick = time.perf_counter()
     steps = 0
-    seed = cfg.seed
+    limit_reached = False
     try:
         while not stop.is_set():
-            obs, info = env.reset(seed=seed)
-            seed = None  # seed once; the env's own RNG continues, as gymnasium intends
+            # One seed per episode, from the run's episode count (restored on resume), so a
+            # resumed run plays exactly the episodes an uninterrupted one would.
+            obs, info = env.reset(seed=cfg.seed + agent.episode_index)
             agent.new_episode(str(info.get("opponent", "")))
             ep_ret = 0.0
             done = False
-            while not done and not stop.is_set():
+            # Lockstep finishes the episode before closing on a signal: a resumed run then
+            # continues bit for bit.  Other paces close at once.
+            while not done and not limit_reached and not (stop.is_set() and cfg.pace != "lockstep"):
                 if cfg.pace == "realtime":
                     now = time.perf_counter()
                     if now > next_tick + period:
@@ -110,6 +113,7 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None) -> d
                 progress.update(steps, f"steps {steps}  ret(avg20) {avg}  grad/s {st:6.1f}  "
                                        f"v{agent.policy_version}  drops {drops}")
                 if cfg.steps and steps >= cfg.steps:
+                    limit_reached = True
                     stop.set()
             if done:
                 returns.append(ep_ret)

@@ -163,3 +163,36 @@ def test_help_works_on_every_subcommand():
         assert p.returncode == 0 and "usage: sacbot" in p.stdout
     p = subprocess.run(SACBOT + ["run", "--help"], capture_output=True, text=True, timeout=60)
     assert "SACBOT_UTD_RATIO" in p.stdout and "--eval" in p.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_exact_resume_after_sigterm_matches_an_uninterrupted_run(tmp_path):
+    """N steps then SIGTERM, resume for M more, against N + M in one go: the final
+    parameters and optimizer state are bitwise identical (compared by entry digests)."""
+    small = ["--env", "Pendulum-v1", "--pace", "lockstep", "--seed", "3", "--hidden", "16", "--batch-size", "4",
+             "--seq-len", "8", "--learning-starts", "100", "--calib-updates", "50", "--save-interval", "100000"]
+    a = tmp_path / "a"
+    p = subprocess.Popen(SACBOT + run_args(a, *small), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watch = StderrWatcher(p)
+    try:
+        watch.wait_line("learning started", 60)
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=60)  # lockstep finishes its episode (at most 200 steps) first
+    finally:
+        p.kill()
+    assert p.returncode == 0, watch.rest(5)
+    n = read_checkpoint(str(a / "w" / "sac_latest.zip"))["meta"]["env_steps"]
+    assert n % 200 == 0 and n >= 200  # closed at an episode boundary
+    m = 150
+    r = subprocess.run(SACBOT + run_args(a, *small, "--steps", str(m)), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "loaded checkpoint" in r.stderr, r.stderr
+    b = tmp_path / "b"
+    r = subprocess.run(SACBOT + run_args(b, *small, "--steps", str(n + m)), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    ca = read_checkpoint(str(a / "w" / "sac_latest.zip"))
+    cb = read_checkpoint(str(b / "w" / "sac_latest.zip"))
+    assert ca["meta"]["env_steps"] == cb["meta"]["env_steps"] == n + m
+    for entry in ("model.msgpack.zst", "optimizer.msgpack.zst"):
+        assert ca["manifest"]["entries"][entry]["sha256"] == cb["manifest"]["entries"][entry]["sha256"], entry

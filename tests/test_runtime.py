@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import sys
 import threading
@@ -284,3 +285,59 @@ def test_a_stop_mid_pass_keeps_the_remaining_steps_owed(tmp_path):
     line = train_pass(st, stop=stop)
     assert line["pass_grad_steps"] == 5 and st.grad_steps == 5
     assert st.utd_carry == pytest.approx(7.0)  # 12 owed, 5 taken
+
+
+def _play_until_saves(agent, saves_wanted, max_steps=400):
+    obs = np.zeros(3, np.float32)
+    agent.new_episode("x")
+    for _ in range(max_steps):
+        agent.act(obs)
+        agent.observe(0.0, obs, False, False)
+        agent.save_slot.join()  # every offered save has been attempted by the I/O thread
+        st = agent.io.stats
+        if st.saves + st.errors >= saves_wanted:
+            return
+    raise AssertionError("not enough saves were offered")
+
+
+@pytest.mark.timeout(60)
+def test_save_into_an_unwritable_path_is_counted_and_retried(tmp_path):
+    cfg = small_cfg(tmp_path, pace="lockstep", save_interval=3)
+    agent = Agent(cfg, OBS_SPACE, ACT_SPACE)
+    blocker = os.path.join(cfg.weights_path, "sac_latest.zip")
+    os.makedirs(os.path.join(blocker, "x"))  # a directory where the file must go: the rename fails
+    _play_until_saves(agent, 1)
+    st = agent.status()
+    assert st["save_errors"] == 1 and st["learner_alive"] and "Error" in st["last_error"]
+    os.rmdir(os.path.join(blocker, "x"))
+    os.rmdir(blocker)
+    _play_until_saves(agent, 2)
+    assert agent.io.stats.saves == 1 and agent.trainer.is_alive()
+    agent.close()
+    receipts = [json.loads(x) for x in open(os.path.join(cfg.weights_path, "saves.jsonl"))]
+    assert "error" in receipts[0] and receipts[1]["bytes"] > 0 and "error" not in receipts[1]
+
+
+@pytest.mark.timeout(60)
+def test_full_disk_is_counted_and_the_next_save_succeeds(tmp_path, monkeypatch):
+    import errno
+
+    from sacbot import checkpoint as ck
+
+    real, calls = ck.atomic_write_bytes, []
+
+    def full_disk_once(path, data):
+        calls.append(path)
+        if len(calls) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, data)
+
+    monkeypatch.setattr(ck, "atomic_write_bytes", full_disk_once)
+    cfg = small_cfg(tmp_path, pace="lockstep", save_interval=3)
+    agent = Agent(cfg, OBS_SPACE, ACT_SPACE)
+    _play_until_saves(agent, 2)
+    st = agent.status()
+    assert agent.io.stats.errors == 1 and agent.io.stats.saves >= 1 and st["learner_alive"]
+    assert "No space left" in (agent.io.stats.last_error or "")
+    agent.close()
+    assert ck.read_checkpoint(os.path.join(cfg.weights_path, ck.LATEST))["meta"]["grad_steps"] > 0
