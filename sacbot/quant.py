@@ -181,7 +181,7 @@ class QLinear(_QuantLayer):
 
 
 class QLSTM(_QuantLayer):
-    """Single-layer batch-first LSTM with fake-quantized weights and input.
+    """Single-layer time-major (T, B, .) LSTM with fake-quantized weights and input.
 
     Gate order and equations are PyTorch's (i, f, g, o); the recurrent state is fp32.
     """
@@ -189,7 +189,7 @@ class QLSTM(_QuantLayer):
     def __init__(self, input_size: int, hidden_size: int, *, quant: bool, bits: int = 8,
                  input_signed: bool = True):
         super().__init__()
-        ref = nn.LSTM(input_size, hidden_size, batch_first=True)
+        ref = nn.LSTM(input_size, hidden_size)
         self.hidden_size = hidden_size
         self.weight_ih, self.weight_hh = ref.weight_ih_l0, ref.weight_hh_l0
         self.bias_ih, self.bias_hh = ref.bias_ih_l0, ref.bias_hh_l0
@@ -217,8 +217,8 @@ class QLSTM(_QuantLayer):
     def forward(self, x: torch.Tensor, hc: tuple[torch.Tensor, torch.Tensor] | None = None):
         x_in, w_ih, w_hh = self.effective_weights(x)
         if hc is None:
-            z = x.new_zeros(1, x.shape[0], self.hidden_size)
+            z = x.new_zeros(1, x.shape[1], self.hidden_size)
             hc = (z, z)
         out, h, c = torch.lstm(x_in, hc, (w_ih, w_hh, self.bias_ih, self.bias_hh),
-                               True, 1, 0.0, self.training, False, True)
+                               True, 1, 0.0, self.training, False, False)
         return out, (h, c)

@@ -68,7 +68,7 @@ class Actor(nn.Module):
         return [self.fc1, self.lstm, self.fc2, self.head]
 
     def forward(self, obs: torch.Tensor, prev_act: torch.Tensor, hc=None):
-        """Returns (mean, log_std, hc) for every step of a (B, T, .) sequence."""
+        """Returns (mean, log_std, hc) for every step of a time-major (T, B, .) sequence."""
         z = F.relu(self.fc1(torch.cat([obs, prev_act], -1)))
         h, hc = self.lstm(z, hc)
         mu, raw = self.head(F.relu(self.fc2(h))).split(self.act_dim, -1)
@@ -81,7 +81,7 @@ class Critic(nn.Module):
     def __init__(self, obs_dim: int, act_dim: int, hidden: int):
         super().__init__()
         self.fc1 = nn.Linear(obs_dim + act_dim, hidden)
-        self.lstm = nn.LSTM(hidden, hidden, batch_first=True)
+        self.lstm = nn.LSTM(hidden, hidden)  # time-major: see SACLSTMLearner.update
         # Twin heads as stacked (2, in, out) weights so both run in one batched matmul;
         # the first layer is split into its h and a parts (see ``heads``).
         heads = [nn.Linear(hidden + act_dim, FC_HIDDEN) for _ in range(2)]
@@ -98,20 +98,20 @@ class Critic(nn.Module):
         return h
 
     def head_input(self, h: torch.Tensor) -> torch.Tensor:
-        """The h-dependent half of the heads' first layer, (2, B*T, 128).  The replayed
+        """The h-dependent half of the heads' first layer, (2, T*B, 128).  The replayed
         and the policy's actions share it, so it is computed once per update."""
         return torch.matmul(h.reshape(1, -1, h.shape[-1]), self.w1h) + self.b1
 
     def heads(self, hw: torch.Tensor, act: torch.Tensor, detach_params: bool = False):
-        """Q1, Q2 of shape (2, B, T) from ``head_input(h)`` and actions (B, T, A).
+        """Q1, Q2 of shape (2, T, B) from ``head_input(h)`` and actions (T, B, A).
         ``detach_params`` lets the actor loss use the critic without sending gradient
         into it, so one backward serves all three losses."""
         w1a, w2, b2 = self.w1a, self.w2, self.b2
         if detach_params:
             hw, w1a, w2, b2 = hw.detach(), w1a.detach(), w2.detach(), b2.detach()
-        B, T = act.shape[:2]
-        y = F.relu(hw + torch.matmul(act.reshape(1, B * T, -1), w1a))
-        return torch.baddbmm(b2, y, w2).view(2, B, T)
+        T, B = act.shape[:2]
+        y = F.relu(hw + torch.matmul(act.reshape(1, T * B, -1), w1a))
+        return torch.baddbmm(b2, y, w2).view(2, T, B)
 
 
 class SACLSTMLearner:
@@ -145,9 +145,13 @@ class SACLSTMLearner:
     # --- the SAC update ------------------------------------------------------------
     def update(self, batch: SequenceBatch) -> dict[str, float]:
         cfg = self.cfg
-        t = {k: torch.as_tensor(v, device=self.device) for k, v in batch._asdict().items()}
+        # Time-major (T, B, .) throughout: oneDNN's LSTM runs ~35% faster forward+backward
+        # than batch-first, which transposes in and out (measured 1.76 vs 2.74 ms, h=64).
+        t = {k: torch.as_tensor(v, device=self.device).transpose(0, 1).contiguous() if v.ndim > 1 else
+             torch.as_tensor(v, device=self.device) for k, v in batch._asdict().items() if k != "prev_act0"}
         obs, act, mask = t["obs"], t["act"], t["mask"]
-        prev_act = torch.cat([t["prev_act0"].unsqueeze(1), act], 1)  # (B, T+1, A)
+        prev_act0 = torch.as_tensor(batch.prev_act0, device=self.device)
+        prev_act = torch.cat([prev_act0.unsqueeze(0), act], 0)  # (T+1, B, A)
         n = mask.sum().clamp(min=1.0)
         alpha = self.log_alpha.exp().detach()
 
@@ -162,17 +166,17 @@ class SACLSTMLearner:
         h = self.critic.core(obs, prev_act)
         with torch.no_grad():
             h_targ = self.target.core(obs, prev_act)
-            hw_targ = self.target.head_input(h_targ[:, 1:])
-            q_next = self.target.heads(hw_targ, a_pi[:, 1:].detach()).min(0).values
-            v_next = q_next - alpha * logp[:, 1:]
+            hw_targ = self.target.head_input(h_targ[1:])
+            q_next = self.target.heads(hw_targ, a_pi[1:].detach()).min(0).values
+            v_next = q_next - alpha * logp[1:]
             # Bootstrap through truncation, never through termination.
             y = t["rew"] + cfg.gamma * (1.0 - t["terminated"]) * v_next
-        hw = self.critic.head_input(h[:, :-1])
+        hw = self.critic.head_input(h[:-1])
         q = self.critic.heads(hw, act)
         critic_loss = (((q - y) ** 2) * mask).sum() / n
 
-        q_pi = self.critic.heads(hw, a_pi[:, :-1], detach_params=True).min(0).values
-        logp_t = logp[:, :-1]
+        q_pi = self.critic.heads(hw, a_pi[:-1], detach_params=True).min(0).values
+        logp_t = logp[:-1]
         actor_loss = ((alpha * logp_t - q_pi) * mask).sum() / n
         alpha_loss = -(self.log_alpha * ((logp_t.detach() + self.target_entropy) * mask)).sum() / n
 

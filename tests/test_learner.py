@@ -48,8 +48,8 @@ def test_ste_gradients_reach_weights_and_scales():
     layers = quant_layers(learner)
     assert len(layers) == 4 and all(int(m.phase) == QUANTIZING for m in layers)
     learner.actor.zero_grad()
-    obs = torch.randn(4, 10, OBS) * 2
-    mu, log_std, _ = learner.actor(obs, torch.rand(4, 10, ACT) * 2 - 1)
+    obs = torch.randn(10, 4, OBS) * 2  # (T, B, .)
+    mu, log_std, _ = learner.actor(obs, torch.rand(10, 4, ACT) * 2 - 1)
     (mu.pow(2).sum() + log_std.sum()).backward()
     for m in layers:
         weights = [m.weight] if isinstance(m, QLinear) else [m.weight_ih, m.weight_hh]
@@ -99,11 +99,11 @@ def test_numpy_policy_matches_fake_quant_actor(quant, bits):
             acts.append(a)
         acts = np.array(acts)
         eps = np.random.default_rng(7).standard_normal((100, ACT)).astype(np.float32)
-        with torch.no_grad():
-            prev = torch.cat([torch.zeros(1, 1, ACT), torch.as_tensor(acts)[None, :-1]], 1)
-            mu, log_std, _ = learner.actor(torch.as_tensor(obs)[None], prev)
-            u = mu + log_std.exp() * torch.as_tensor(eps)[None] if stochastic else mu
-            ref = torch.tanh(u)[0].numpy()
+        with torch.no_grad():  # the actor is time-major: (T=100, B=1, .)
+            prev = torch.cat([torch.zeros(1, 1, ACT), torch.as_tensor(acts)[:-1, None]], 0)
+            mu, log_std, _ = learner.actor(torch.as_tensor(obs)[:, None], prev)
+            u = mu + log_std.exp() * torch.as_tensor(eps)[:, None] if stochastic else mu
+            ref = torch.tanh(u)[:, 0].numpy()
         diff = np.abs(ref - acts).max()
         assert diff <= 1e-5, f"{quant}/{bits} bits stochastic={stochastic}: max diff {diff}"
 
@@ -177,12 +177,12 @@ def test_target_uses_one_minus_terminated():
     # Recompute y the way update() does, through its loss: loss = sum_heads mean (q - y)^2
     m = learner.update(batch)
     q_before = captured["q"].detach()
-    term = torch.as_tensor(batch.terminated)
-    y = torch.as_tensor(batch.rew) + (1 - term) * 10.0
-    expected = float((((q_before - y) ** 2) * torch.as_tensor(batch.mask)).sum() / batch.mask.sum())
+    term, rew, mask = (torch.as_tensor(x).T for x in (batch.terminated, batch.rew, batch.mask))  # (T, B)
+    y = rew + (1 - term) * 10.0
+    expected = float((((q_before - y) ** 2) * mask).sum() / mask.sum())
     assert m["critic_loss"] == pytest.approx(expected, rel=1e-5)
-    wrong_y = torch.as_tensor(batch.rew) + 10.0  # bootstrapping through termination
-    wrong = float((((q_before - wrong_y) ** 2) * torch.as_tensor(batch.mask)).sum() / batch.mask.sum())
+    wrong_y = rew + 10.0  # bootstrapping through termination
+    wrong = float((((q_before - wrong_y) ** 2) * mask).sum() / mask.sum())
     assert abs(m["critic_loss"] - wrong) > 1.0
 
 

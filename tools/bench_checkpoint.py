@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Checkpoint cost: save time and size per entry, and the learner's step time while saving.
+
+Part 1 writes checkpoints of a learner at each hidden size, with and without a full
+100k-transition replay, and reports bytes per entry and the median write time.
+Part 2 runs learner updates exactly as the training thread does (offer a snapshot to a
+real I/O thread every ``--every`` steps) and compares step-time p50/p99 against the same
+loop without saves, alternating blocks so machine noise hits both.  Last line is JSON.
+
+    python tools/bench_checkpoint.py --hidden 64 256 --every 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+
+def make_state(hidden: int, replay_n: int, obs_dim: int = 35, act_dim: int = 4):
+    from sacbot.config import Config
+    from sacbot.training import TrainingState
+
+    cfg = Config(hidden=hidden, buffer_size=max(replay_n, 1000), calib_updates=1)
+    st = TrainingState.fresh(cfg, obs_dim, act_dim)
+    rng = np.random.default_rng(0)
+    n = max(replay_n, 64)
+    obs = rng.standard_normal((n, obs_dim)).astype(np.float32)
+    for i in range(n):
+        st.replay.add(obs[i], rng.uniform(-1, 1, act_dim), 0.1, obs[(i + 1) % n], False, i % 1000 == 999)
+    for _ in range(3):
+        st.learner.update(st.replay.sample(16, 32, st.rng))
+    return st
+
+
+def save_costs(hidden: int, replay: bool, repeats: int) -> dict:
+    from sacbot import checkpoint as ck
+
+    st = make_state(hidden, 100_000 if replay else 0)
+    d = tempfile.mkdtemp(prefix="sacbot-ckbench-")
+    times, build = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        payload = st.payload(with_replay=replay)
+        build.append((time.perf_counter() - t0) * 1e3)
+        r = ck.write_checkpoint(d, payload, keep_last=1)
+        times.append(r.write_ms)
+    return {"hidden": hidden, "replay": replay, "payload_build_ms_median": round(statistics.median(build), 2),
+            "write_ms_median": round(statistics.median(times), 1), "file_bytes": r.bytes, "entry_bytes": r.entry_bytes}
+
+
+def step_times(hidden: int, every: int, blocks: int, block_steps: int, replay: bool) -> dict:
+    from sacbot.channels import SaveSlot
+    from sacbot.training import IOThread
+
+    st = make_state(hidden, 100_000)
+    d = tempfile.mkdtemp(prefix="sacbot-ckbench-")
+    slot = SaveSlot()
+    io = IOThread(slot, d, 1, {}, {})
+    io.start()
+    res: dict[str, list[float]] = {"no_saves": [], "saving": []}
+    offers = dropped = 0
+    for b in range(2 * blocks):
+        mode = "saving" if b % 2 else "no_saves"
+        for i in range(block_steps):
+            t0 = time.perf_counter()
+            st.learner.update(st.replay.sample(16, 32, st.rng))
+            if mode == "saving" and i % every == every - 1:  # what TrainingThread.offer_save does
+                offers += 1
+                if slot.has_room():
+                    slot.offer(st.payload(with_replay=replay))
+                else:
+                    dropped += 1
+            res[mode].append((time.perf_counter() - t0) * 1e3)
+    io.stop(60)
+    out = {}
+    for k, v in res.items():
+        a = np.array(v)
+        out[k] = {"p50_ms": round(float(np.percentile(a, 50)), 2), "p99_ms": round(float(np.percentile(a, 99)), 2),
+                  "n": len(a)}
+    out["p99_ratio"] = round(out["saving"]["p99_ms"] / out["no_saves"]["p99_ms"], 3)
+    out["p50_ratio"] = round(out["saving"]["p50_ms"] / out["no_saves"]["p50_ms"], 3)
+    out.update(offers=offers, offers_dropped_busy=dropped, saves_written=io.stats.saves, hidden=hidden,
+               replay_in_saves=replay)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--hidden", type=int, nargs="+", default=[64, 256])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--every", type=int, default=20)
+    p.add_argument("--blocks", type=int, default=4)
+    p.add_argument("--block-steps", type=int, default=200)
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    out: dict = {"bench": "checkpoint", "saves": [], "step_time_while_saving": []}
+    for h in a.hidden:
+        for replay in (False, True):
+            r = save_costs(h, replay, a.repeats)
+            out["saves"].append(r)
+            print(json.dumps(r), flush=True)
+    for replay in (False, True):
+        r = step_times(a.hidden[0], a.every, a.blocks, a.block_steps, replay)
+        out["step_time_while_saving"].append(r)
+        print(json.dumps(r), flush=True)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()
