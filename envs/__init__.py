@@ -1,6 +1,25 @@
-"""Gymnasium environments shipped with sacbot; importing this module registers them."""
+"""Gymnasium environments shipped with sacbot; importing this module registers them.
+
+=========================  ==========================================================
+id                         what
+=========================  ==========================================================
+sacbot/TankDuel-v0         the partially observable tank duel (envs/tank_duel.py)
+sacbot/CueMemory-v0        the smallest memory task (envs/memory.py)
+sacbot/Pendulum-P-v0       Pendulum with only the angle observed
+sacbot/Pendulum-V-v0       Pendulum with only the angular velocity observed
+=========================  ==========================================================
+"""
 
 from gymnasium.envs.registration import register, registry
 
-if "sacbot/CueMemory-v0" not in registry:
-    register(id="sacbot/CueMemory-v0", entry_point="envs.memory:CueMemory", max_episode_steps=50)
+
+def _register(id_, **kw):
+    if id_ not in registry:
+        register(id=id_, **kw)
+
+
+# max_episode_steps is None for TankDuel: it truncates itself at max_ticks, which is a kwarg.
+_register("sacbot/TankDuel-v0", entry_point="envs.tank_duel:TankDuel")
+_register("sacbot/CueMemory-v0", entry_point="envs.memory:CueMemory", max_episode_steps=50)
+_register("sacbot/Pendulum-P-v0", entry_point="envs.pomdp:pendulum_p", max_episode_steps=200)
+_register("sacbot/Pendulum-V-v0", entry_point="envs.pomdp:pendulum_v", max_episode_steps=200)

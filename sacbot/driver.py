@@ -85,7 +85,8 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None) -> d
         while not stop.is_set():
             # One seed per episode, from the run's episode count (restored on resume), so a
             # resumed run plays exactly the episodes an uninterrupted one would.
-            obs, info = env.reset(seed=cfg.seed + agent.episode_index)
+            k = agent.episode_index
+            obs, info = env.reset(seed=cfg.seed + k, options={"episode_index": k})
             agent.new_episode(str(info.get("opponent", "")))
             ep_ret = 0.0
             done = False

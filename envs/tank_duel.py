@@ -1,0 +1,370 @@
+"""TankDuel: a partially observable tank duel in the spirit of Robocode Tank Royale.
+
+Two tanks in an 800 x 600 walled arena, 30 ticks per simulated second.  Our tank is
+driven by a continuous 4-dim action in [-1, 1]:
+
+====  =============================================================================
+ 0    drive: target speed = a0 * 8 units/tick (accelerates 1, brakes 2 per tick)
+ 1    body turn: a1 * (10 - 0.75 |v|) degrees/tick (Robocode's speed-dependent limit)
+ 2    gun turn: a2 * 20 degrees/tick
+ 3    fire: a3 <= 0 holds fire; a3 > 0 fires a bullet of power 0.1 + 2.9 * a3 when
+      the gun is cool (heat 0) and the tank has that much energy
+====  =============================================================================
+
+The radar spins on its own at 30 degrees/tick and sees the enemy only inside a 40-degree
+arc, so the enemy is seen for a tick or two, then lost for ~10: where it went must be
+remembered.  Bullets fly at 20 - 3 * power units/tick, deal 4 * power (+ 2 * (power - 1)
+above power 1) damage and return 3 * power energy to the shooter (Robocode's rules).
+Firing costs its power in energy; the gun heats by 1 + power / 5 and cools 0.1 per tick.
+A tank that hits a wall stops and takes max(|v| / 2 - 1, 0) damage; colliding tanks stop
+and take 0.6 each.  Each tank starts with 100 energy and dies at 0.
+
+Reward per tick: (damage dealt - damage taken) / 10, plus +5 for a kill and -5 for a
+death.  An episode terminates on a death and is truncated at ``max_ticks``.
+
+Observation (35 values, roughly in [-1, 1]); "last seen" fields keep their value between
+sightings, as a player would remember them:
+
+=====  ==========================================================================
+0-1    own x, y scaled to [-1, 1]
+2-3    sin, cos of body heading
+4      own speed / 8
+5      own energy / 50 - 1
+6-7    sin, cos of gun heading
+8      gun heat / 1.6 (capped at 1)
+9-10   sin, cos of radar heading
+11     1 if the enemy is in the radar arc this tick
+12-13  last-seen enemy offset dx / 800, dy / 600
+14     last-seen distance / 500 - 1
+15-16  sin, cos of last-seen bearing relative to the gun
+17-18  sin, cos of last-seen enemy heading
+19     last-seen enemy speed / 8
+20     last-seen enemy energy / 50 - 1
+21     age of the last sighting: min(ticks / 30, 1) * 2 - 1 (1 if never seen)
+22     1 once the enemy has been seen this episode
+23     fraction of the episode left * 2 - 1
+24-27  distance to the left, right, bottom, top wall / 400 - 1
+28     1 if hit by a bullet this tick
+29     1 if our bullet hit this tick
+30     1 if we hit a wall this tick
+31-32  sin, cos of last-seen bearing relative to the body
+33     own bullets in flight / 5
+34     (own energy - last-seen enemy energy) / 100
+=====  ==========================================================================
+
+Opponents are scripted with stable names (see ``OPPONENTS``) and are chosen per episode
+by ``schedule``: ``fixed`` (the first name), ``cycle`` or ``random``;
+``reset(options={"episode_index": k})`` pins the position in the schedule.  ``info["opponent"]``
+is set at reset so the runtime can send NewEpisode(opponent).
+"""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+
+W, H = 800.0, 600.0
+RADIUS = 18.0
+MAX_SPEED = 8.0
+RADAR_RATE = math.radians(30.0)
+RADAR_HALF_ARC = math.radians(20.0)
+GUN_RATE = math.radians(20.0)
+OBS_DIM = 35
+
+
+def _wrap(a: float) -> float:
+    return (a + math.pi) % (2 * math.pi) - math.pi
+
+
+class Tank:
+    __slots__ = ("x", "y", "heading", "v", "gun", "radar", "energy", "heat")
+
+    def __init__(self, x, y, heading, gun):
+        self.x, self.y, self.heading, self.v = x, y, heading, 0.0
+        self.gun, self.radar, self.energy, self.heat = gun, gun, 100.0, 0.0
+
+    def drive(self, target_speed: float, turn: float) -> None:
+        target = max(-MAX_SPEED, min(MAX_SPEED, target_speed))
+        if abs(target) > abs(self.v) and target * self.v >= 0:
+            self.v += max(-1.0, min(1.0, target - self.v))  # accelerate 1/tick
+        else:
+            self.v += max(-2.0, min(2.0, target - self.v))  # brake 2/tick
+        max_turn = math.radians(10.0 - 0.75 * abs(self.v))
+        self.heading = _wrap(self.heading + max(-max_turn, min(max_turn, turn)))
+        self.x += self.v * math.sin(self.heading)
+        self.y += self.v * math.cos(self.heading)
+
+
+class Bullet:
+    __slots__ = ("x", "y", "dx", "dy", "power", "owner")
+
+    def __init__(self, x, y, heading, power, owner):
+        speed = 20.0 - 3.0 * power
+        self.x, self.y = x, y
+        self.dx, self.dy = speed * math.sin(heading), speed * math.cos(heading)
+        self.power, self.owner = power, owner
+
+
+def bullet_damage(power: float) -> float:
+    return 4.0 * power + 2.0 * max(power - 1.0, 0.0)
+
+
+def _bearing(src: Tank, x: float, y: float) -> float:
+    return math.atan2(x - src.x, y - src.y)  # 0 = +y (north), clockwise positive
+
+
+# --- scripted opponents: (env, me, enemy) -> (target_speed, turn, gun_turn, fire_power) --
+def sitting_duck(env, me, enemy):
+    return 0.0, 0.0, 0.0, 0.0
+
+
+def spinner(env, me, enemy):
+    """Circles and fires: constant speed and turn, gun spinning, fires power 1 when cool."""
+    return 5.0, math.radians(6.0), math.radians(12.0), 1.0
+
+
+def walker(env, me, enemy):
+    """Runs along the walls, gun pointing into the arena; fires when we are in front."""
+    margin = 60.0
+    # heading of the wall segment we are on, walking counter-clockwise round the arena
+    if me.y <= margin and me.x < W - margin:
+        want = math.pi / 2  # along the bottom, east
+    elif me.x >= W - margin and me.y < H - margin:
+        want = 0.0  # up the right wall, north
+    elif me.y >= H - margin and me.x > margin:
+        want = -math.pi / 2  # along the top, west
+    elif me.x <= margin and me.y > margin:
+        want = math.pi  # down the left wall, south
+    else:  # not at a wall yet: head for the nearest one
+        d = [(me.x, -math.pi / 2), (W - me.x, math.pi / 2), (me.y, math.pi), (H - me.y, 0.0)]
+        want = min(d)[1]
+    turn = _wrap(want - me.heading)
+    gun_target = _wrap(want - math.pi / 2)  # 90 degrees left of travel: into the arena
+    gun_turn = _wrap(gun_target - me.gun)
+    aim = _wrap(_bearing(me, enemy.x, enemy.y) - me.gun)
+    return 7.0, turn, gun_turn, 2.0 if abs(aim) < math.radians(10) else 0.0
+
+
+def tracker(env, me, enemy):
+    """Turns to face us and chases to 150 units; fires when its gun is on target."""
+    b = _bearing(me, enemy.x, enemy.y)
+    dist = math.hypot(enemy.x - me.x, enemy.y - me.y)
+    speed = 6.0 if dist > 150.0 else 0.0
+    aim = _wrap(b - me.gun)
+    return speed, _wrap(b - me.heading), aim, 1.5 if abs(aim) < math.radians(5) else 0.0
+
+
+OPPONENTS = {"sitting_duck": sitting_duck, "spinner": spinner, "walker": walker, "tracker": tracker}
+
+
+class TankDuel(gym.Env):
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+
+    def __init__(self, opponents=("sitting_duck", "spinner", "walker", "tracker"), schedule: str = "cycle",
+                 max_ticks: int = 600, render_mode: str | None = None):
+        if isinstance(opponents, str):
+            opponents = (opponents,)
+        unknown = [o for o in opponents if o not in OPPONENTS]
+        if unknown or not opponents:
+            raise ValueError(f"unknown opponent(s) {unknown}; known: {sorted(OPPONENTS)}")
+        if schedule not in ("fixed", "cycle", "random"):
+            raise ValueError(f"schedule must be fixed, cycle or random, got {schedule!r}")
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        self.opponents, self.schedule, self.max_ticks = tuple(opponents), schedule, int(max_ticks)
+        self.render_mode = render_mode
+        self.observation_space = gym.spaces.Box(-1.5, 1.5, (OBS_DIM,), np.float32)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self._episode = -1
+
+    # --- episode -------------------------------------------------------------------------
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        rng = self.np_random
+        # The schedule position: options["episode_index"] pins it (sacbot's driver passes
+        # the run's episode count, so a resumed run meets the same opponents); a seeded
+        # reset without it restarts the schedule, so a seed alone determines the episode.
+        if options and "episode_index" in options:
+            self._episode = int(options["episode_index"])
+        elif seed is not None:
+            self._episode = 0
+        else:
+            self._episode += 1
+        if self.schedule == "fixed":
+            self.opponent = self.opponents[0]
+        elif self.schedule == "cycle":
+            self.opponent = self.opponents[self._episode % len(self.opponents)]
+        else:
+            self.opponent = self.opponents[int(rng.integers(len(self.opponents)))]
+        while True:
+            a = Tank(rng.uniform(100, W - 100), rng.uniform(100, H - 100), rng.uniform(-math.pi, math.pi), 0.0)
+            b = Tank(rng.uniform(100, W - 100), rng.uniform(100, H - 100), rng.uniform(-math.pi, math.pi), 0.0)
+            if math.hypot(a.x - b.x, a.y - b.y) > 250:
+                break
+        a.gun = a.radar = a.heading
+        b.gun = b.radar = b.heading
+        self.me, self.enemy = a, b
+        self.bullets: list[Bullet] = []
+        self.tick = 0
+        self._seen = None  # (dx, dy, dist, heading, speed, energy) at the last sighting
+        self._seen_tick = -(10**9)
+        self._events = (0.0, 0.0, 0.0)
+        self._see()
+        return self._obs(), {"opponent": self.opponent}
+
+    def step(self, action):
+        a = np.asarray(action, dtype=np.float64).reshape(-1)
+        if a.shape != (4,) or not np.isfinite(a).all():
+            raise ValueError(f"TankDuel action must be 4 finite values in [-1, 1], got {action!r}")
+        a = np.clip(a, -1.0, 1.0)
+        me, en = self.me, self.enemy
+        e_speed, e_turn, e_gun, e_fire = OPPONENTS[self.opponent](self, en, me)
+        dealt = taken = 0.0
+        # fire first (with the gun as it points now), then move
+        power = 0.1 + 2.9 * float(a[3]) if a[3] > 0 else 0.0
+        spent = self._fire(me, power, owner=0)
+        self._fire(en, e_fire, owner=1)
+        regained = 0.0
+        me.gun = _wrap(me.gun + float(a[2]) * GUN_RATE)
+        en.gun = _wrap(en.gun + max(-GUN_RATE, min(GUN_RATE, e_gun)))
+        me.drive(float(a[0]) * MAX_SPEED, float(a[1]) * math.radians(10.0))
+        en.drive(e_speed, e_turn)
+        taken += self._walls(me)
+        wall_me = float(self._hit_wall)
+        self._walls(en)
+        if math.hypot(me.x - en.x, me.y - en.y) < 2 * RADIUS:  # collision: both stop, 0.6 each
+            self._separate(me, en)
+            me.energy -= 0.6
+            en.energy -= 0.6
+            taken += 0.6
+            dealt += 0.6
+        hit_me = hit_en = 0.0
+        keep = []
+        for bl in self.bullets:
+            x0, y0 = bl.x, bl.y
+            bl.x += bl.dx
+            bl.y += bl.dy
+            target = en if bl.owner == 0 else me
+            if _segment_hits(x0, y0, bl.x, bl.y, target.x, target.y, RADIUS):
+                dmg = bullet_damage(bl.power)
+                target.energy -= dmg
+                shooter = me if bl.owner == 0 else en
+                shooter.energy += 3.0 * bl.power
+                if bl.owner == 0:
+                    regained += 3.0 * bl.power
+                    dealt += dmg
+                    hit_en = 1.0
+                else:
+                    taken += dmg
+                    hit_me = 1.0
+            elif 0 <= bl.x <= W and 0 <= bl.y <= H:
+                keep.append(bl)
+        self.bullets = keep
+        for t in (me, en):
+            t.heat = max(0.0, t.heat - 0.1)
+            t.radar = _wrap(t.radar + RADAR_RATE)
+        self.tick += 1
+        self._events = (hit_me, hit_en, wall_me)
+        self._see()
+        reward = (dealt - taken) / 10.0
+        terminated = me.energy <= 0 or en.energy <= 0
+        won = en.energy <= 0 < me.energy
+        lost = me.energy <= 0
+        if won:
+            reward += 5.0
+        elif lost:
+            reward -= 5.0
+        truncated = not terminated and self.tick >= self.max_ticks
+        info = {"opponent": self.opponent, "won": bool(won), "lost": bool(lost),
+                "damage_dealt": dealt, "damage_taken": taken, "energy_spent": spent,
+                "energy_regained": regained}
+        return self._obs(), float(reward), bool(terminated), bool(truncated), info
+
+    # --- physics helpers --------------------------------------------------------------
+    _hit_wall = False
+
+    def _fire(self, t: Tank, power: float, owner: int) -> float:
+        """Fire if the gun is cool and energy allows; returns the energy spent."""
+        if power <= 0.0 or t.heat > 0.0:
+            return 0.0
+        power = max(0.1, min(3.0, power))
+        if t.energy <= power:
+            return 0.0
+        t.energy -= power
+        t.heat = 1.0 + power / 5.0
+        self.bullets.append(Bullet(t.x + RADIUS * math.sin(t.gun), t.y + RADIUS * math.cos(t.gun), t.gun,
+                                   power, owner))
+        return power
+
+    def _walls(self, t: Tank) -> float:
+        x = min(max(t.x, RADIUS), W - RADIUS)
+        y = min(max(t.y, RADIUS), H - RADIUS)
+        self._hit_wall = x != t.x or y != t.y
+        if not self._hit_wall:
+            return 0.0
+        dmg = max(abs(t.v) / 2.0 - 1.0, 0.0)
+        t.x, t.y, t.v = x, y, 0.0
+        t.energy -= dmg
+        return dmg
+
+    @staticmethod
+    def _separate(a: Tank, b: Tank) -> None:
+        d = math.hypot(a.x - b.x, a.y - b.y) or 1e-6
+        push = (2 * RADIUS - d) / 2 + 1e-3
+        ux, uy = (a.x - b.x) / d, (a.y - b.y) / d
+        a.x, a.y, b.x, b.y = a.x + ux * push, a.y + uy * push, b.x - ux * push, b.y - uy * push
+        a.v = b.v = 0.0
+
+    def in_radar_arc(self) -> bool:
+        me, en = self.me, self.enemy
+        return abs(_wrap(_bearing(me, en.x, en.y) - me.radar)) <= RADAR_HALF_ARC
+
+    def _see(self) -> None:
+        if self.in_radar_arc():
+            me, en = self.me, self.enemy
+            self._seen = (en.x - me.x, en.y - me.y, math.hypot(en.x - me.x, en.y - me.y), en.heading, en.v,
+                          en.energy)
+            self._seen_tick = self.tick
+
+    def _obs(self) -> np.ndarray:
+        me = self.me
+        seen_now = 1.0 if self._seen_tick == self.tick else 0.0
+        if self._seen is None:
+            dx = dy = 0.0
+            dist, eh, ev, ee, ever, age = 500.0, 0.0, 0.0, 100.0, 0.0, 1.0
+        else:
+            dx, dy, dist, eh, ev, ee = self._seen
+            ever = 1.0
+            age = min((self.tick - self._seen_tick) / 30.0, 1.0)
+        bearing = math.atan2(dx, dy) if self._seen is not None else me.gun
+        rel_gun, rel_body = _wrap(bearing - me.gun), _wrap(bearing - me.heading)
+        hit_me, hit_en, wall = self._events
+        own_bullets = sum(1 for b in self.bullets if b.owner == 0)
+        return np.array([
+            me.x / (W / 2) - 1, me.y / (H / 2) - 1, math.sin(me.heading), math.cos(me.heading),
+            me.v / MAX_SPEED, me.energy / 50 - 1, math.sin(me.gun), math.cos(me.gun), min(me.heat / 1.6, 1.0),
+            math.sin(me.radar), math.cos(me.radar), seen_now, dx / W, dy / H, dist / 500 - 1,
+            math.sin(rel_gun), math.cos(rel_gun), math.sin(eh), math.cos(eh), ev / MAX_SPEED, ee / 50 - 1,
+            age * 2 - 1, ever, (1 - self.tick / self.max_ticks) * 2 - 1,
+            me.x / 400 - 1, (W - me.x) / 400 - 1, me.y / 400 - 1, (H - me.y) / 400 - 1,
+            hit_me, hit_en, wall, math.sin(rel_body), math.cos(rel_body), min(own_bullets / 5, 1.0),
+            (me.energy - ee) / 100,
+        ], dtype=np.float32).clip(-1.5, 1.5)
+
+    # --- rendering ---------------------------------------------------------------------
+    def render(self):
+        if self.render_mode != "rgb_array":
+            return None
+        from .tank_render import draw
+        return draw(self)
+
+
+def _segment_hits(x0, y0, x1, y1, cx, cy, r) -> bool:
+    """Does the segment (x0,y0)-(x1,y1) pass within r of (cx, cy)?"""
+    sx, sy = x1 - x0, y1 - y0
+    L2 = sx * sx + sy * sy
+    t = 0.0 if L2 == 0 else max(0.0, min(1.0, ((cx - x0) * sx + (cy - y0) * sy) / L2))
+    px, py = x0 + t * sx - cx, y0 + t * sy - cy
+    return px * px + py * py <= r * r

@@ -1,0 +1,198 @@
+"""Environments (issue 5): checkers, determinism, TankDuel physics and opponents."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import envs  # noqa: F401 - registers
+from envs.tank_duel import RADIUS, TankDuel, bullet_damage
+
+IDS = ["sacbot/TankDuel-v0", "sacbot/CueMemory-v0", "sacbot/Pendulum-P-v0", "sacbot/Pendulum-V-v0"]
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_gymnasium_check_env_passes(env_id):
+    env = gym.make(env_id)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the "wrapped env" notice: the wrappers are part of the env here
+        check_env(env, skip_render_check=True)
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.contains(obs)
+
+
+def test_pomdp_wrappers_hide_what_they_should():
+    full, _ = gym.make("Pendulum-v1").reset(seed=3)
+    p, _ = gym.make("sacbot/Pendulum-P-v0").reset(seed=3)
+    v, _ = gym.make("sacbot/Pendulum-V-v0").reset(seed=3)
+    assert np.allclose(p, full[:2]) and np.allclose(v, full[2:])
+
+
+def test_sb3_checker_and_sac_run_when_installed():
+    sb3 = pytest.importorskip("stable_baselines3", reason="the bench extra (stable-baselines3) is not installed")
+    from stable_baselines3.common.env_checker import check_env as sb3_check
+
+    env = gym.make("sacbot/TankDuel-v0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sb3_check(env)
+    model = sb3.SAC("MlpPolicy", env, learning_starts=100, seed=0, device="cpu")
+    model.learn(1000)
+    assert model.num_timesteps == 1000
+
+
+def rollout(seed, actions, **kw):
+    env = TankDuel(**kw)
+    obs, info = env.reset(seed=seed)
+    out = [obs]
+    for a in actions:
+        obs, r, term, trunc, info = env.step(a)
+        out.append(np.append(obs, r))
+        if term or trunc:
+            break
+    return np.array(out[1:]), info
+
+
+def test_same_seed_and_actions_give_identical_trajectories():
+    acts = np.random.default_rng(1).uniform(-1, 1, (300, 4)).astype(np.float32)
+    a, _ = rollout(7, acts)
+    b, _ = rollout(7, acts)
+    c, _ = rollout(8, acts)
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+def place(env, me=None, enemy=None):
+    for t, spec in ((env.me, me), (env.enemy, enemy)):
+        if spec:
+            for k, v in spec.items():
+                setattr(t, k, v)
+
+
+def test_a_bullet_aimed_at_a_sitting_duck_hits_it():
+    env = TankDuel(opponents="sitting_duck")
+    env.reset(seed=0)
+    place(env, dict(x=200.0, y=300.0, heading=0.0, gun=math.pi / 2, v=0.0), dict(x=500.0, y=300.0, v=0.0))
+    energy0 = env.enemy.energy
+    _, r, *_ = env.step([0, 0, 0, 1.0])  # power 3.0, due east; 300 units at 11 units/tick
+    hit_tick = None
+    for t in range(40):
+        _, r, term, trunc, info = env.step([0, 0, 0, 0])
+        if info["damage_dealt"] > 0:
+            hit_tick = t + 2
+            break
+    assert hit_tick is not None and abs(hit_tick - (300 - 2 * RADIUS) / 11) <= 2
+    assert env.enemy.energy == pytest.approx(energy0 - bullet_damage(3.0))
+    assert r == pytest.approx(bullet_damage(3.0) / 10)
+
+
+def test_walls_stop_tanks_and_hurt_at_speed():
+    env = TankDuel(opponents="sitting_duck")
+    env.reset(seed=0)
+    place(env, dict(x=100.0, y=300.0, heading=-math.pi / 2, v=0.0), dict(x=600.0, y=300.0))
+    hit = False
+    for _ in range(40):
+        obs, *_ = env.step([1.0, 0, 0, 0])  # full speed west
+        assert env.me.x >= RADIUS
+        hit = hit or obs[30] == 1.0
+    assert hit and env.me.x == RADIUS and env.me.v == 0.0 and env.me.energy < 100
+
+
+def test_energy_adds_up_over_an_episode():
+    env = TankDuel(opponents="tracker")
+    env.reset(seed=4)
+    rng = np.random.default_rng(0)
+    spent = taken = regained = 0.0
+    for _ in range(600):
+        _, _, term, trunc, info = env.step(rng.uniform(-1, 1, 4))
+        spent += info["energy_spent"]
+        taken += info["damage_taken"]
+        regained += info["energy_regained"]
+        if term or trunc:
+            break
+    assert spent > 0 and taken > 0  # the ledger below is not vacuous
+    assert env.me.energy == pytest.approx(100.0 - spent - taken + regained, abs=1e-9)
+
+
+def test_energy_ledger_of_one_hit_is_exact():
+    env = TankDuel(opponents="sitting_duck")
+    env.reset(seed=0)
+    place(env, dict(x=200.0, y=300.0, heading=0.0, gun=math.pi / 2), dict(x=400.0, y=300.0))
+    env.step([0, 0, 0, 1.0 / 2.9 * 1.9])  # power 2.0
+    assert env.me.energy == pytest.approx(100 - 2.0)
+    for _ in range(30):
+        env.step([0, 0, 0, 0])
+    assert env.me.energy == pytest.approx(100 - 2.0 + 3 * 2.0)  # fire cost, then 3x power back
+    assert env.enemy.energy == pytest.approx(100 - bullet_damage(2.0))
+
+
+def test_radar_sees_only_inside_its_arc():
+    env = TankDuel(opponents="sitting_duck")
+    env.reset(seed=0)
+    place(env, dict(x=400.0, y=300.0, radar=0.0), dict(x=400.0, y=500.0))  # enemy due north
+    assert env.in_radar_arc()
+    place(env, dict(radar=math.radians(25)))
+    assert not env.in_radar_arc()
+    seen = []
+    for _ in range(24):  # two full radar turns at 30 deg/tick
+        obs, *_ = env.step([0, 0, 0, 0])
+        seen.append(obs[11])
+    assert 2 <= sum(seen) <= 4  # seen only when the 40-degree arc passes over it
+    assert obs[22] == 1.0 and obs[21] > -1.0  # remembered between sightings, with its age
+
+
+def test_opponents_behave_as_named():
+    acts = np.zeros((300, 4), np.float32)
+
+    def run(name):
+        env = TankDuel(opponents=name)
+        env.reset(seed=2)
+        xs = []
+        for a in acts:
+            env.step(a)
+            xs.append((env.enemy.x, env.enemy.y, env.enemy.heading, math.hypot(env.enemy.x - env.me.x,
+                                                                               env.enemy.y - env.me.y)))
+        return np.array(xs), env
+
+    duck, env = run("sitting_duck")
+    assert np.ptp(duck[:, 0]) == 0 and np.ptp(duck[:, 1]) == 0 and not any(b.owner == 1 for b in env.bullets)
+    spin, _ = run("spinner")
+    centre = spin[:, :2].mean(0)
+    radii = np.hypot(*(spin[:, :2] - centre).T)
+    assert np.ptp(spin[:, 0]) > 50 and radii.std() < 0.25 * radii.mean()  # a circle
+    walk, _ = run("walker")
+    wall_dist = np.minimum.reduce([walk[:, 0], 800 - walk[:, 0], walk[:, 1], 600 - walk[:, 1]])
+    assert np.mean(wall_dist[100:] < 80) > 0.9  # once there, it keeps to the walls
+    track, _ = run("tracker")
+    assert track[-1, 3] < 200 < track[0, 3]  # it closes in on us
+
+
+def test_schedule_cycle_random_and_info():
+    env = TankDuel(schedule="cycle")
+    names = [env.reset(seed=0 if i == 0 else None)[1]["opponent"] for i in range(5)]
+    assert names == ["sitting_duck", "spinner", "walker", "tracker", "sitting_duck"]
+    assert env.reset(options={"episode_index": 6})[1]["opponent"] == "walker"
+    env = TankDuel(schedule="random")
+    env.reset(seed=0)
+    assert len({env.reset()[1]["opponent"] for _ in range(30)}) == 4
+    with pytest.raises(ValueError, match="unknown opponent"):
+        TankDuel(opponents=("nobody",))
+
+
+def test_rgb_render_draws_both_tanks():
+    env = TankDuel(render_mode="rgb_array", opponents="sitting_duck")
+    env.reset(seed=0)
+    img = env.render()
+    assert img.shape == (300, 400, 3) and img.dtype == np.uint8
+    assert (img == (80, 200, 120)).all(-1).sum() > 100 and (img == (220, 90, 80)).all(-1).sum() > 100
+
+
+def test_bad_actions_get_a_clear_error():
+    env = TankDuel()
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="4 finite values"):
+        env.step([0, np.nan, 0, 0])
