@@ -18,8 +18,11 @@ def _register(id_, **kw):
         register(id=id_, **kw)
 
 
-# max_episode_steps is None for TankDuel: it truncates itself at max_ticks, which is a kwarg.
-_register("sacbot/TankDuel-v0", entry_point="envs.tank_duel:TankDuel")
+# TankDuel truncates itself at max_ticks (a kwarg), so no TimeLimit.  Its registered default
+# is the easiest duel, against sitting_duck, so `sacbot run` shows learning out of the box;
+# other opponents and schedules come through kwargs (--env-kwargs).
+_register("sacbot/TankDuel-v0", entry_point="envs.tank_duel:TankDuel",
+          kwargs={"opponents": ("sitting_duck",), "schedule": "fixed"})
 _register("sacbot/CueMemory-v0", entry_point="envs.memory:CueMemory", max_episode_steps=50)
 _register("sacbot/Pendulum-P-v0", entry_point="envs.pomdp:pendulum_p", max_episode_steps=200)
 _register("sacbot/Pendulum-V-v0", entry_point="envs.pomdp:pendulum_v", max_episode_steps=200)

@@ -29,6 +29,7 @@ def _parser() -> argparse.ArgumentParser:
             sp.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     sp = sub.add_parser("inspect", help="verify a checkpoint and summarise its manifest")
     sp.add_argument("file")
+    sub.add_parser("runner", help="launch N bots and restart frozen ones (sacbot runner --help)", add_help=False)
     sp = sub.add_parser("status", help="print a run directory's heartbeat")
     sp.add_argument("run_dir", nargs="?", default="runs/default")
     return p
@@ -121,6 +122,10 @@ def cmd_status(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["runner"]:  # its own parser: everything after -- goes to the bots
+        from .runner import main as runner_main
+        return runner_main(argv[1:])
     args = _parser().parse_args(argv)
     try:
         if args.cmd in ("run", "eval"):

@@ -11,6 +11,7 @@ the setting, the value and what is accepted; the CLI turns it into exit code 2.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import tomllib
@@ -34,7 +35,9 @@ def _f(default, doc: str, *, choices: tuple | None = None, min: float | None = N
 @dataclass(frozen=True)
 class Config:
     # --- environment and run -------------------------------------------------------
-    env: str = _f("Pendulum-v1", "Gymnasium env id to play (Box action space).")
+    env: str = _f("sacbot/TankDuel-v0", "Gymnasium env id to play (Box action space).")
+    env_kwargs: str = _f("", 'JSON object of keyword arguments for the env, e.g. '
+                             '\'{"opponents": ["spinner", "walker"], "schedule": "cycle"}\'.')
     seed: int = _f(0, "Seed for the env, replay sampling, network init and action noise.", min=0)
     steps: int = _f(0, "Stop after this many env steps (0: no limit).", min=0)
     episodes: int = _f(0, "Stop after this many episodes (0: no limit).", min=0)
@@ -87,6 +90,19 @@ class Config:
     def __post_init__(self):
         for f in fields(self):
             _check(f, getattr(self, f.name))
+        self.env_kwargs_dict()  # validates
+
+    def env_kwargs_dict(self) -> dict:
+        if not self.env_kwargs.strip():
+            return {}
+        try:
+            d = json.loads(self.env_kwargs)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"env_kwargs = {self.env_kwargs!r} is not accepted: expected a JSON object ({e})") \
+                from None
+        if not isinstance(d, dict):
+            raise ConfigError(f"env_kwargs = {self.env_kwargs!r} is not accepted: expected a JSON object")
+        return d
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

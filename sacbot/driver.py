@@ -26,13 +26,13 @@ from .agent import Agent, AgentError
 from .config import Config
 
 
-def make_env(env_id: str, render_mode: str | None = None) -> gym.Env:
+def make_env(env_id: str, render_mode: str | None = None, kwargs: dict | None = None) -> gym.Env:
     import envs  # noqa: F401 - registers sacbot's envs
 
     try:
-        env = gym.make(env_id, render_mode=render_mode)
-    except gym.error.Error as e:
-        raise AgentError(f"cannot make env {env_id!r}: {e}") from None
+        env = gym.make(env_id, render_mode=render_mode, **(kwargs or {}))
+    except (gym.error.Error, TypeError, ValueError) as e:
+        raise AgentError(f"cannot make env {env_id!r} with kwargs {kwargs or {}}: {e}") from None
     if isinstance(env.observation_space, gym.spaces.Dict | gym.spaces.Tuple):
         env = gym.wrappers.FlattenObservation(env)
     return env
@@ -72,7 +72,7 @@ class Progress:
 def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None) -> dict:
     """Play until --steps, --episodes or ``stop``; close the agent (final save); report."""
     stop = stop or threading.Event()
-    env = make_env(cfg.env)
+    env = make_env(cfg.env, kwargs=cfg.env_kwargs_dict())
     agent = Agent(cfg, env.observation_space, env.action_space, log=agent_log)
     returns: deque[float] = deque(maxlen=20)
     progress = Progress(not cfg.quiet, cfg.steps or None)

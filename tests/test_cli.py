@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
+from helpers import StderrWatcher
 
 from sacbot.checkpoint import read_checkpoint
 from sacbot.config import ConfigError, load_config
@@ -21,47 +20,6 @@ SACBOT = [sys.executable, "-m", "sacbot"]
 
 def run_args(tmp, *extra):
     return ["run", "--run-dir", str(tmp / "run"), "--weights-path", str(tmp / "w"), "--quiet", *extra]
-
-
-class StderrWatcher:
-    """Reads a child's stderr on a thread; ``wait_line`` blocks on a queue until a line
-    containing ``needle`` arrives, with a hard deadline.  The child's own message is the
-    synchronisation, not a sleep."""
-
-    def __init__(self, proc):
-        self.lines: queue.Queue = queue.Queue()
-        self.seen: list[str] = []
-        self._t = threading.Thread(target=self._read, args=(proc.stderr,), name="test-stderr", daemon=True)
-        self._t.start()
-
-    def _read(self, fh):
-        for line in fh:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def wait_line(self, needle, timeout):
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"no stderr line with {needle!r}; got {''.join(self.seen)[-2000:]}")
-            try:
-                line = self.lines.get(timeout=left)
-            except queue.Empty:
-                continue
-            if line is None:
-                raise AssertionError(f"child exited before {needle!r}: {''.join(self.seen)[-2000:]}")
-            self.seen.append(line)
-            if needle in line:
-                return line
-
-    def rest(self, timeout):
-        self._t.join(timeout)
-        while not self.lines.empty():
-            line = self.lines.get()
-            if line is not None:
-                self.seen.append(line)
-        return "".join(self.seen)
 
 
 @pytest.mark.timeout(90)
@@ -136,6 +94,7 @@ def test_lockstep_runs_are_deterministic(tmp_path):
     ([], {"SACBOT_BATCH_SIZE": "0"}, "batch_size = 0"),
     ([], {"SACBOT_EVAL_MODE": "maybe"}, "SACBOT_EVAL_MODE = 'maybe'"),
     ([], {"SACBOT_UTD_RATO": "1"}, "unknown environment variable SACBOT_UTD_RATO"),
+    (["--env-kwargs", "{bad json"], {}, "env_kwargs = '{bad json'"),
 ])
 def test_bad_config_exits_2_and_names_the_setting(tmp_path, args, env, needle):
     p = subprocess.run(SACBOT + run_args(tmp_path, *args), capture_output=True, text=True, timeout=60,

@@ -1,0 +1,265 @@
+"""Training runner: launch N bots, watch their round counters, restart frozen or crashed ones.
+
+Usage::
+
+    python tools/run_training.py --bots 2 --root runs/campaign --freeze-timeout 60 -- --steps 200000
+    sacbot runner --bots 2 --root runs/campaign -- --env sacbot/TankDuel-v0
+
+Each bot gets its own directory (``ROOT/bot<i>/run`` and ``ROOT/bot<i>/weights``) and seed.
+Bots do not share weights: two processes writing one ``sac_latest.zip`` would race, and a
+crash or freeze in one would stall the other's experience.  Every 0.5 s the runner reads
+each bot's round counter; after a startup grace period, a counter that has not moved for
+``--freeze-timeout`` seconds marks the bot frozen: SIGTERM, SIGKILL after ``--kill-grace``,
+then a restart after an exponential backoff.  A bot that exits non-zero is restarted too;
+one that exits 0 has finished.  Past ``--max-restarts`` for any bot, the runner stops every
+bot and exits 1 with a summary.  SIGINT/SIGTERM to the runner closes every bot gracefully
+(each makes its final save) and exits 0.
+
+Every ``--eval-every-rounds`` rounds of a bot, its newest checkpoint is copied aside and
+evaluated by ``sacbot eval`` in eval mode (a separate process that writes no weights);
+results go to the bot's ``evals.jsonl`` and the best checkpoint by mean return is kept as
+``best.zip``, copied atomically.  Events go to ``ROOT/runner_events.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from .checkpoint import LATEST, atomic_write_bytes
+from .liveness import read_round_counter
+
+POLL_S = 0.5
+
+
+class Bot:
+    def __init__(self, i: int, root: str, cmd: list[str], args: list[str], seed: int):
+        self.i, self.cmd, self.args, self.seed = i, cmd, args, seed
+        self.dir = os.path.join(root, f"bot{i}")
+        self.run_dir = os.path.join(self.dir, "run")
+        self.weights = os.path.join(self.dir, "weights")
+        self.counter_path = os.path.join(self.weights, "round_counter.txt")
+        self.proc: subprocess.Popen | None = None
+        self.restarts = 0
+        self.started = self.last_move = 0.0
+        self.last_count: int | None = None
+        self.next_start = 0.0
+        self.finished = False
+        self.stopping_since: float | None = None
+        self.eval_proc: subprocess.Popen | None = None
+        self.eval_copy = os.path.join(self.dir, "eval", LATEST)
+        self.next_eval_round: int | None = None
+        self.best: float | None = None
+        self.log = None
+        self.alive = False
+
+    def argv(self) -> list[str]:
+        return self.cmd + self.args + ["--run-dir", self.run_dir, "--weights-path", self.weights,
+                                       "--seed", str(self.seed), "--quiet"]
+
+    def start(self, now: float) -> None:
+        os.makedirs(self.run_dir, exist_ok=True)
+        self.log = open(os.path.join(self.dir, "bot.log"), "a")
+        self.proc = subprocess.Popen(self.argv(), stdout=self.log, stderr=subprocess.STDOUT)
+        self.started = self.last_move = now
+        self.last_count = read_round_counter(self.counter_path)
+        self.alive = False
+        self.stopping_since = None
+
+
+class Runner:
+    def __init__(self, a):
+        self.a = a
+        os.makedirs(a.root, exist_ok=True)
+        self.events_path = os.path.join(a.root, "runner_events.jsonl")
+        self.bots = [Bot(i, a.root, a.bot_cmd, a.bot_args, a.seed + i) for i in range(a.bots)]
+        self.stop_requested = False
+        self.failed: str | None = None
+
+    def event(self, kind: str, bot: Bot | None = None, **kw) -> None:
+        rec = {"time": time.time(), "event": kind, **({"bot": bot.i} if bot else {}), **kw}
+        with open(self.events_path, "a") as fh:
+            fh.write(json.dumps(rec) + "\n")
+        if not self.a.quiet:
+            print(f"runner: {kind}" + (f" bot{bot.i}" if bot else "") + (f" {kw}" if kw else ""),
+                  file=sys.stderr, flush=True)
+
+    def on_signal(self, signum, frame) -> None:
+        if self.stop_requested:
+            os._exit(128 + signum)
+        self.stop_requested = True
+
+    # --- the loop ------------------------------------------------------------------------
+    def run(self) -> int:
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, self.on_signal)
+        now = time.monotonic()
+        for b in self.bots:
+            b.start(now)
+            self.event("started", b, pid=b.proc.pid)
+        while not self.stop_requested and self.failed is None:
+            now = time.monotonic()
+            for b in self.bots:
+                self.check(b, now)
+            if all(b.finished for b in self.bots):
+                break
+            time.sleep(POLL_S)  # the polling period of the watchdog (SPEC 7), not a synchronisation
+        self.stop_all()
+        summary = {"bots": [{"bot": b.i, "restarts": b.restarts, "finished": b.finished,
+                             "rounds": read_round_counter(b.counter_path), "best_eval": b.best}
+                            for b in self.bots]}
+        if self.failed:
+            self.event("gave_up", reason=self.failed, **summary)
+            print(f"runner: giving up: {self.failed}\n{json.dumps(summary, indent=1)}", file=sys.stderr)
+            return 1
+        self.event("stopped", **summary)
+        return 0
+
+    def check(self, b: Bot, now: float) -> None:
+        self.check_eval(b)
+        if b.finished:
+            return
+        if b.proc is None:
+            if now >= b.next_start:
+                b.start(now)
+                self.event("restarted", b, pid=b.proc.pid, restarts=b.restarts)
+            return
+        code = b.proc.poll()
+        if code is not None:
+            b.proc = None
+            if b.stopping_since is not None:  # we stopped it for a freeze: schedule the restart
+                self.schedule_restart(b, now, "frozen")
+            elif code == 0:
+                b.finished = True
+                self.event("finished", b)
+            else:
+                self.event("crashed", b, code=code)
+                self.schedule_restart(b, now, f"exit code {code}")
+            return
+        if b.stopping_since is not None:
+            if now - b.stopping_since > self.a.kill_grace:
+                b.proc.kill()
+                self.event("killed", b)
+            return
+        count = read_round_counter(b.counter_path)
+        if count != b.last_count:
+            if not b.alive:
+                b.alive = True  # said once per start: the bot has finished a round
+                self.event("alive", b, rounds=count)
+            b.last_count, b.last_move = count, now
+            self.maybe_eval(b, count)
+        elif now - b.started > self.a.grace and now - b.last_move > self.a.freeze_timeout:
+            self.event("frozen", b, rounds=count, still_for=round(now - b.last_move, 2))
+            b.proc.send_signal(signal.SIGTERM)
+            b.stopping_since = now
+
+    def schedule_restart(self, b: Bot, now: float, why: str) -> None:
+        b.restarts += 1
+        if b.restarts > self.a.max_restarts:
+            self.failed = f"bot{b.i} needed more than {self.a.max_restarts} restarts (last: {why})"
+            return
+        delay = min(self.a.backoff * 2 ** (b.restarts - 1), self.a.max_backoff)
+        b.next_start = now + delay
+        self.event("restart_scheduled", b, why=why, delay_s=delay)
+
+    def stop_all(self) -> None:
+        procs = [b.proc for b in self.bots if b.proc is not None]
+        procs += [b.eval_proc for b in self.bots if b.eval_proc is not None]
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.a.stop_deadline
+        for p in procs:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                self.event("killed_at_stop", pid=p.pid)
+
+    # --- periodic eval -----------------------------------------------------------------
+    def maybe_eval(self, b: Bot, count: int | None) -> None:
+        k = self.a.eval_every_rounds
+        if not k or count is None or b.eval_proc is not None:
+            return
+        if b.next_eval_round is None:
+            b.next_eval_round = (count // k + 1) * k
+            return
+        latest = os.path.join(b.weights, LATEST)
+        if count < b.next_eval_round or not os.path.exists(latest):
+            return
+        b.next_eval_round = (count // k + 1) * k
+        os.makedirs(os.path.dirname(b.eval_copy), exist_ok=True)
+        shutil.copyfile(latest, b.eval_copy)  # evaluate a fixed copy: the bot keeps saving
+        cmd = self.a.eval_cmd + self.a.bot_args + ["--weights-path", os.path.dirname(b.eval_copy),
+                                                   "--run-dir", os.path.join(b.dir, "eval"), "--episodes",
+                                                   str(self.a.eval_episodes), "--json"]
+        b.eval_proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                       env={**os.environ, "SACBOT_EVAL_MODE": "1"})
+        b.eval_round = count
+        self.event("eval_started", b, rounds=count)
+
+    def check_eval(self, b: Bot) -> None:
+        p = b.eval_proc
+        if p is None or p.poll() is None:
+            return
+        b.eval_proc = None
+        out = p.stdout.read() if p.stdout else ""
+        try:
+            res = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            self.event("eval_failed", b, code=p.returncode)
+            return
+        rec = {"time": time.time(), "rounds": b.eval_round, **res}
+        with open(os.path.join(b.run_dir, "evals.jsonl"), "a") as fh:
+            fh.write(json.dumps(rec) + "\n")
+        mean = res.get("mean_return")
+        if mean is not None and (b.best is None or mean > b.best):
+            b.best = mean
+            with open(b.eval_copy, "rb") as fh:
+                atomic_write_bytes(os.path.join(b.dir, "best.zip"), fh.read())
+            self.event("new_best", b, mean_return=mean, rounds=b.eval_round)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sacbot runner", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bots", type=int, default=1)
+    p.add_argument("--root", default="runs/campaign", help="one directory per bot below it")
+    p.add_argument("--seed", type=int, default=0, help="bot i gets seed + i")
+    p.add_argument("--freeze-timeout", type=float, default=120.0, help="seconds without a new round")
+    p.add_argument("--grace", type=float, default=60.0, help="startup grace before freeze checks")
+    p.add_argument("--kill-grace", type=float, default=15.0, help="SIGTERM to SIGKILL, seconds")
+    p.add_argument("--max-restarts", type=int, default=5, help="per bot, before giving up")
+    p.add_argument("--backoff", type=float, default=1.0, help="first restart delay; doubles each time")
+    p.add_argument("--max-backoff", type=float, default=60.0)
+    p.add_argument("--stop-deadline", type=float, default=60.0, help="seconds for bots to close at stop")
+    p.add_argument("--eval-every-rounds", type=int, default=0, help="0: no periodic eval")
+    p.add_argument("--eval-episodes", type=int, default=5)
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--bot-cmd", default=f"{sys.executable} -m sacbot run",
+                   help="command that starts one bot (default: this Python's sacbot run)")
+    p.add_argument("--eval-cmd", default=f"{sys.executable} -m sacbot eval")
+    p.add_argument("bot_args", nargs="*", help="after --: extra arguments for every bot and eval")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    for name in ("bots", "max_restarts"):
+        if getattr(a, name) < (1 if name == "bots" else 0):
+            print(f"runner: --{name.replace('_', '-')} = {getattr(a, name)} is not accepted", file=sys.stderr)
+            return 2
+    if a.freeze_timeout <= 0 or a.grace < 0:
+        print("runner: --freeze-timeout must be > 0 and --grace >= 0", file=sys.stderr)
+        return 2
+    a.bot_cmd, a.eval_cmd = a.bot_cmd.split(), a.eval_cmd.split()
+    return Runner(a).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Training runner (issue 6), with real subprocesses and hard timeouts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from helpers import StderrWatcher
+from sacbot.checkpoint import read_checkpoint
+
+FAKE = [sys.executable, os.path.join(os.path.dirname(__file__), "fake_bot.py")]
+RUNNER = [sys.executable, "-m", "sacbot", "runner"]
+
+
+def start_runner(root, *flags, bot_args=()):
+    cmd = RUNNER + ["--root", str(root), "--bot-cmd", " ".join(FAKE), "--backoff", "0.1", *flags, "--", *bot_args]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return p, StderrWatcher(p)
+
+
+def events(root):
+    with open(os.path.join(root, "runner_events.jsonl")) as fh:
+        return [json.loads(x) for x in fh]
+
+
+@pytest.mark.timeout(60)
+def test_a_frozen_bot_is_detected_in_time_and_restarted(tmp_path):
+    p, watch = start_runner(tmp_path, "--freeze-timeout", "1.0", "--grace", "0", "--kill-grace", "2",
+                            bot_args=["--mode", "freeze", "--after", "3"])
+    try:
+        watch.wait_line("runner: frozen bot0", 30)
+        counter = tmp_path / "bot0" / "weights" / "round_counter.txt"
+        last_bump = os.path.getmtime(counter)
+        watch.wait_line("runner: restarted bot0", 30)
+        p.send_signal(signal.SIGTERM)
+        p.wait(20)
+    finally:
+        p.kill()
+    frozen = next(e for e in events(tmp_path) if e["event"] == "frozen")
+    assert frozen["rounds"] == 3
+    assert frozen["time"] - last_bump <= 1.0 + 1.0  # freeze-timeout + 1 s
+
+
+@pytest.mark.timeout(60)
+def test_a_crashing_bot_is_restarted_and_one_that_keeps_crashing_makes_the_runner_give_up(tmp_path):
+    p, watch = start_runner(tmp_path, "--max-restarts", "2", bot_args=["--mode", "crash", "--after", "2"])
+    try:
+        watch.wait_line("runner: crashed bot0", 30)
+        watch.wait_line("runner: restarted bot0", 30)
+        p.wait(40)
+    finally:
+        p.kill()
+    err = watch.rest(5)
+    assert p.returncode == 1 and "giving up: bot0 needed more than 2 restarts" in err
+    kinds = [e["event"] for e in events(tmp_path)]
+    assert kinds.count("crashed") == 3 and kinds.count("restarted") == 2 and kinds[-1] == "gave_up"
+    rounds = int((tmp_path / "bot0" / "weights" / "round_counter.txt").read_text())
+    assert rounds == 6  # 2 rounds per life, the counter continuing across restarts
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_to_the_runner_closes_every_real_bot_with_a_final_checkpoint(tmp_path):
+    bot = [sys.executable, "-m", "sacbot", "run"]
+    cmd = RUNNER + ["--root", str(tmp_path), "--bots", "2", "--bot-cmd", " ".join(bot), "--stop-deadline", "30",
+                    "--", "--env", "Pendulum-v1", "--hidden", "16", "--learning-starts", "64"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watch = StderrWatcher(p)
+    try:
+        watch.wait_line("runner: alive bot", 60)
+        watch.wait_line("runner: alive bot", 60)  # both bots have finished a round
+        p.send_signal(signal.SIGTERM)
+        p.wait(40)
+    finally:
+        p.kill()
+    assert p.returncode == 0, watch.rest(5)
+    for i in (0, 1):
+        ck = read_checkpoint(str(tmp_path / f"bot{i}" / "weights" / "sac_latest.zip"))
+        assert ck["meta"]["env_steps"] >= 200
+    assert [e["event"] for e in events(tmp_path)][-1] == "stopped"
+
+
+@pytest.mark.timeout(120)
+def test_eval_never_writes_weights_nor_touches_the_buffer(tmp_path):
+    w, run = str(tmp_path / "w"), str(tmp_path / "run")
+    base = ["--env", "Pendulum-v1", "--hidden", "16", "--weights-path", w, "--run-dir", run, "--quiet"]
+    r = subprocess.run([sys.executable, "-m", "sacbot", "run", "--pace", "lockstep", "--steps", "300",
+                        "--learning-starts", "64", *base], capture_output=True, text=True, timeout=100)
+    assert r.returncode == 0, r.stderr
+
+    def digests():
+        return {f: hashlib.sha256(open(os.path.join(w, f), "rb").read()).hexdigest() for f in sorted(os.listdir(w))}
+
+    before = digests()
+    replay_before = read_checkpoint(os.path.join(w, "sac_latest.zip"))["arrays"]["replay.obs"].copy()
+    r = subprocess.run([sys.executable, "-m", "sacbot", "eval", "--episodes", "2", "--json", *base],
+                       capture_output=True, text=True, timeout=100, env={**os.environ, "SACBOT_EVAL_MODE": "1"})
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["episodes"] == 2 and "EVAL MODE" in r.stderr
+    assert digests() == before
+    assert (read_checkpoint(os.path.join(w, "sac_latest.zip"))["arrays"]["replay.obs"] == replay_before).all()

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Write a GIF of one TankDuel episode, played by a checkpoint's actor or a random policy.
+
+    python tools/render_episode.py --weights weights/sac_latest.zip --out duel.gif
+    python tools/render_episode.py --random --opponent spinner --out random.gif
+
+Needs Pillow (the ``plot`` extra: pip install -e '.[plot]').
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--weights", help="checkpoint zip whose actor plays")
+    src.add_argument("--random", action="store_true", help="a uniformly random policy plays")
+    p.add_argument("--opponent", default="sitting_duck")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-ticks", type=int, default=600)
+    p.add_argument("--every", type=int, default=2, help="keep every Nth frame (GIF size)")
+    p.add_argument("--out", default="episode.gif")
+    a = p.parse_args()
+    try:
+        from PIL import Image
+    except ImportError:
+        print("render_episode: Pillow is not installed; install the plot extra: pip install -e '.[plot]'",
+              file=sys.stderr)
+        return 2
+    from envs.tank_duel import TankDuel
+    from sacbot import policy
+    from sacbot.checkpoint import CheckpointError, load_actor
+
+    env = TankDuel(opponents=a.opponent, schedule="fixed", max_ticks=a.max_ticks, render_mode="rgb_array")
+    obs, _ = env.reset(seed=a.seed)
+    rng = np.random.default_rng(a.seed)
+    params = st = None
+    if a.weights:
+        try:
+            params = policy.build_params(load_actor(a.weights))
+        except (CheckpointError, OSError) as e:
+            print(f"render_episode: cannot load {a.weights}: {e}", file=sys.stderr)
+            return 1
+        st = policy.initial_state(params)
+    frames, ret, done, t = [], 0.0, False, 0
+    while not done:
+        if params is not None:
+            action, st = policy.act(params, obs, st)
+        else:
+            action = rng.uniform(-1, 1, 4).astype(np.float32)
+        obs, r, term, trunc, info = env.step(action)
+        ret += r
+        done = term or trunc
+        if t % a.every == 0 or done:
+            frames.append(Image.fromarray(env.render()))
+        t += 1
+    frames[0].save(a.out, save_all=True, append_images=frames[1:], duration=int(1000 / 30 * a.every), loop=0)
+    outcome = "won" if info["won"] else "lost" if info["lost"] else "time limit"
+    print(f"{a.out}: {len(frames)} frames, {t} ticks, return {ret:.1f}, {outcome} against {a.opponent}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
