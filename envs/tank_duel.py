@@ -34,9 +34,9 @@ sightings, as a player would remember them:
 8      gun heat / 1.6 (capped at 1)
 9-10   sin, cos of radar heading
 11     1 if the enemy is in the radar arc this tick
-12-13  last-seen enemy offset dx / 800, dy / 600
-14     last-seen distance / 500 - 1
-15-16  sin, cos of last-seen bearing relative to the gun
+12-13  offset to the last-seen enemy position from our current position, dx / 800, dy / 600
+14     distance to that position / 500 - 1
+15-16  sin, cos of the bearing to that position relative to the gun
 17-18  sin, cos of last-seen enemy heading
 19     last-seen enemy speed / 8
 20     last-seen enemy energy / 50 - 1
@@ -47,7 +47,7 @@ sightings, as a player would remember them:
 28     1 if hit by a bullet this tick
 29     1 if our bullet hit this tick
 30     1 if we hit a wall this tick
-31-32  sin, cos of last-seen bearing relative to the body
+31-32  sin, cos of the bearing to that position relative to the body
 33     own bullets in flight / 5
 34     (own energy - last-seen enemy energy) / 100
 =====  ==========================================================================
@@ -324,8 +324,7 @@ class TankDuel(gym.Env):
     def _see(self) -> None:
         if self.in_radar_arc():
             me, en = self.me, self.enemy
-            self._seen = (en.x - me.x, en.y - me.y, math.hypot(en.x - me.x, en.y - me.y), en.heading, en.v,
-                          en.energy)
+            self._seen = (en.x, en.y, en.heading, en.v, en.energy)
             self._seen_tick = self.tick
 
     def _obs(self) -> np.ndarray:
@@ -335,7 +334,11 @@ class TankDuel(gym.Env):
             dx = dy = 0.0
             dist, eh, ev, ee, ever, age = 500.0, 0.0, 0.0, 100.0, 0.0, 1.0
         else:
-            dx, dy, dist, eh, ev, ee = self._seen
+            # Where the enemy was last seen, as seen from where we are now: a player
+            # remembers the position, not the bearing it had at the time.
+            ex, ey, eh, ev, ee = self._seen
+            dx, dy = ex - me.x, ey - me.y
+            dist = math.hypot(dx, dy)
             ever = 1.0
             age = min((self.tick - self._seen_tick) / 30.0, 1.0)
         bearing = math.atan2(dx, dy) if self._seen is not None else me.gun

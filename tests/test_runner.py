@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 import pytest
-
 from helpers import StderrWatcher
+
 from sacbot.checkpoint import read_checkpoint
 
 FAKE = [sys.executable, os.path.join(os.path.dirname(__file__), "fake_bot.py")]
