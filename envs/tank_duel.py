@@ -323,7 +323,7 @@ class TankDuel(gym.Env):
 
     def _see(self) -> None:
         if self.in_radar_arc():
-            me, en = self.me, self.enemy
+            en = self.enemy
             self._seen = (en.x, en.y, en.heading, en.v, en.energy)
             self._seen_tick = self.tick
 

@@ -70,6 +70,7 @@ class Agent:
         self._last_obs: np.ndarray | None = None
         self._last_action: np.ndarray | None = None
         self._ep_return, self._ep_len = 0.0, 0
+        self._act_ns: list[int] = []
         self.opponent = ""
         self.results: dict[str, list[float]] = defaultdict(list)
         self.loaded_from: str | None = None
@@ -167,6 +168,7 @@ class Agent:
     # --- the per-tick API ---------------------------------------------------------------
     def act(self, obs) -> np.ndarray:
         """An action for ``obs``, inside the action space.  Never waits on learning."""
+        t0 = time.perf_counter_ns()
         if self._closed:
             raise AgentError("act() after close()")
         x = self._check_obs(obs, "obs")
@@ -182,7 +184,9 @@ class Agent:
         self._last_obs, self._last_action = x, a
         self.ticks += 1
         self.heartbeat.maybe_write(self.status)
-        return self._low + (a + 1.0) * self._half
+        out = self._low + (a + 1.0) * self._half
+        self._act_ns.append(time.perf_counter_ns() - t0)  # per-episode latency, for episodes.jsonl
+        return out
 
     def observe(self, reward, next_obs, terminated, truncated) -> None:
         """Record the outcome of the last act().  Ends the episode on terminated/truncated."""
@@ -212,6 +216,7 @@ class Agent:
         self.pstate = policy.initial_state(self.params)
         self._last_obs = None
         self._ep_return, self._ep_len = 0.0, 0
+        self._act_ns = []
         if self.trainer is not None and not self._closed:
             self.channel.send(NewEpisode(self.opponent))
 
@@ -224,9 +229,11 @@ class Agent:
             append_jsonl(self.episodes_path, {"time": time.time(), "episode": self.episodes,
                                               "return": self._ep_return, "length": self._ep_len,
                                               "opponent": self.opponent,
-                                              "policy_version": self.policy_version})
+                                              "policy_version": self.policy_version,
+                                              **_latency_us(self._act_ns)})
         self.pstate = policy.initial_state(self.params)
         self._ep_return, self._ep_len = 0.0, 0
+        self._act_ns = []
 
     def _check_obs(self, obs, name: str) -> np.ndarray:
         try:
@@ -298,6 +305,14 @@ class Agent:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _latency_us(ns: list[int]) -> dict:
+    if not ns:
+        return {}
+    a = np.asarray(ns) / 1e3
+    return {"act_p50_us": round(float(np.percentile(a, 50)), 1), "act_p99_us": round(float(np.percentile(a, 99)), 1),
+            "act_max_us": round(float(a.max()), 1)}
 
 
 def summary(agent: Agent) -> dict:

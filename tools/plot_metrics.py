@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""PNG charts of a run directory: returns, losses and alpha, grad steps/s, act latency, drops, evals.
+
+    python tools/plot_metrics.py runs/default            # writes runs/default/plots/*.png
+    python tools/plot_metrics.py runs/default --out /tmp/plots
+
+Reads episodes.jsonl, training_metrics.jsonl and evals.jsonl.  Needs matplotlib (the
+``plot`` extra: pip install -e '.[plot]').
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+PANELS = ("returns", "losses", "grad_steps_per_s", "act_latency", "drops", "evals")
+
+
+class PlotError(Exception):
+    pass
+
+
+def read_jsonl(path: str) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path) as fh:
+        for n, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                print(f"plot_metrics: skipping malformed line {n} of {path}", file=sys.stderr)
+    return out
+
+
+def moving_average(x, k: int) -> np.ndarray:
+    x = np.asarray(x, dtype=float)
+    k = max(1, min(k, len(x)))
+    c = np.cumsum(np.insert(x, 0, 0.0))
+    head = c[1:k] / np.arange(1, k)  # the first points average what exists so far
+    return np.concatenate([head, (c[k:] - c[:-k]) / k])
+
+
+def figures(run_dir: str) -> dict:
+    """Build one matplotlib Figure per panel.  Raises PlotError if there is nothing to plot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    eps = read_jsonl(os.path.join(run_dir, "episodes.jsonl"))
+    mets = [m for m in read_jsonl(os.path.join(run_dir, "training_metrics.jsonl")) if "grad_steps" in m]
+    evals = read_jsonl(os.path.join(run_dir, "evals.jsonl"))
+    if not (eps or mets or evals):
+        raise PlotError(f"{run_dir}: no episodes.jsonl, training_metrics.jsonl or evals.jsonl with data; "
+                        "is this a sacbot run directory (--run-dir)?")
+    figs = {}
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    by_opp = defaultdict(list)
+    for e in eps:
+        by_opp[e.get("opponent") or "-"].append((e["episode"], e["return"]))
+    for opp, pts in sorted(by_opp.items()):
+        x, y = zip(*pts)
+        ax.plot(x, y, alpha=0.3, label=f"{opp} (raw)")
+        ax.plot(x, moving_average(y, 20), label=f"{opp} (avg 20)")
+    ax.set(title="Episode return", xlabel="episode", ylabel="return")
+    figs["returns"] = fig
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    learned = [m for m in mets if "critic_loss" in m]
+    for key in ("critic_loss", "actor_loss", "alpha_loss", "alpha"):
+        if learned:
+            ax.plot([m["grad_steps"] for m in learned], [m[key] for m in learned], label=key)
+    ax.set(title="Losses and temperature", xlabel="gradient steps", yscale="symlog")
+    figs["losses"] = fig
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    if len(mets) > 1:
+        t = np.array([m["wall_time"] for m in mets])
+        g = np.array([m["grad_steps"] for m in mets])
+        rate = np.diff(g) / np.maximum(np.diff(t), 1e-9)
+        ax.plot(g[1:], moving_average(rate, 50), label="grad steps/s (avg 50 passes)")
+    ax.set(title="Learner speed", xlabel="gradient steps", ylabel="steps/s")
+    figs["grad_steps_per_s"] = fig
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    lat = [e for e in eps if "act_p50_us" in e]
+    for key in ("act_p50_us", "act_p99_us", "act_max_us"):
+        if lat:
+            ax.plot([e["episode"] for e in lat], [e[key] for e in lat], label=key)
+    ax.set(title="act() latency per episode", xlabel="episode", ylabel="µs", yscale="log" if lat else "linear")
+    figs["act_latency"] = fig
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    if mets:
+        g = [m["grad_steps"] for m in mets]
+        ax.plot(g, [m.get("drops", {}).get("transition", 0) for m in mets], label="transitions dropped")
+        ax.plot(g, [m.get("drops", {}).get("other", 0) for m in mets], label="other messages dropped")
+        ax.plot(g, [m.get("save_drops", 0) for m in mets], label="save offers dropped")
+    ax.set(title="Drops (cumulative)", xlabel="gradient steps", ylabel="count")
+    figs["drops"] = fig
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    if evals:
+        x = [e.get("rounds", i) for i, e in enumerate(evals)]
+        y = np.array([e["mean_return"] for e in evals], dtype=float)
+        s = np.array([e.get("std_return") or 0.0 for e in evals], dtype=float)
+        ax.errorbar(x, y, yerr=s, marker="o", capsize=3, label="eval mean ± std")
+    ax.set(title="Eval return", xlabel="rounds", ylabel="return")
+    figs["evals"] = fig
+
+    for f in figs.values():
+        for a in f.axes:
+            if a.get_legend_handles_labels()[0]:
+                a.legend(fontsize=7)
+            else:
+                a.text(0.5, 0.5, "no data yet", ha="center", va="center", transform=a.transAxes)
+        f.tight_layout()
+    return figs
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir")
+    p.add_argument("--out", help="directory for the PNGs (default RUN_DIR/plots)")
+    a = p.parse_args()
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("plot_metrics: matplotlib is not installed; install the plot extra: pip install -e '.[plot]'",
+              file=sys.stderr)
+        return 2
+    if not os.path.isdir(a.run_dir):
+        print(f"plot_metrics: {a.run_dir} is not a directory", file=sys.stderr)
+        return 2
+    try:
+        figs = figures(a.run_dir)
+    except PlotError as e:
+        print(f"plot_metrics: {e}", file=sys.stderr)
+        return 1
+    out = a.out or os.path.join(a.run_dir, "plots")
+    os.makedirs(out, exist_ok=True)
+    for name, fig in figs.items():
+        path = os.path.join(out, f"{name}.png")
+        fig.savefig(path, dpi=90)
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
