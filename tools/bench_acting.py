@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 
@@ -33,6 +34,7 @@ def main() -> None:
     p.add_argument("--ticks", type=int, default=3000, help="realtime ticks per rate (the goal asks >= 100k)")
     p.add_argument("--obs-dim", type=int, default=35)
     p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--rates", type=int, nargs="+", default=[30, 200], help="realtime ticks per second to test")
     a = p.parse_args()
 
     from sacbot.agent import Agent
@@ -104,7 +106,7 @@ def main() -> None:
         agent.observe(0.0, obs[(i + 1) % 1024], False, False)
 
     realtime = {}
-    for tps in (30, 200):
+    for tps in a.rates:
         period = 1.0 / tps
         misses = 0
         next_tick = time.perf_counter()
@@ -118,7 +120,9 @@ def main() -> None:
             next_tick += period
             agent.act(obs[i % 1024])
             agent.observe(0.0, obs[(i + 1) % 1024], False, False)
-        realtime[f"{tps}tps"] = {"ticks": a.ticks, "misses": misses, "miss_rate": misses / a.ticks}
+        realtime[f"{tps}tps"] = {"ticks": a.ticks, "misses": misses, "miss_rate": misses / a.ticks,
+                                 "drops": agent.channel.drops}
+        print(json.dumps({"realtime": tps, **realtime[f"{tps}tps"]}), file=sys.stderr, flush=True)
     learner_steps = agent.status()["learner_steps"]
     agent.close()
     print(json.dumps({"bench": "acting", "hidden": a.hidden, "obs_dim": a.obs_dim,
