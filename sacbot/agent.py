@@ -92,7 +92,8 @@ class Agent:
         return {"obs_dim": self.obs_dim, "act_dim": self.act_dim, "hidden": self.cfg.hidden}
 
     def _start_eval(self) -> None:
-        found = ck.load_latest(self.cfg.weights_path, self._expect(), entries=("actor", "training"),
+        # Actor-only load: eval reads the deployable actor export and the manifest, nothing else.
+        found = ck.load_latest(self.cfg.weights_path, self._expect(), entries=("actor",),
                                log=self.log, set_aside_bad=False)
         if found is None:
             raise AgentError(f"no valid checkpoint in {self.cfg.weights_path!r} to evaluate; "
@@ -100,7 +101,7 @@ class Agent:
         ckpt, self.loaded_from = found
         arrays = {k[len("export."):]: v for k, v in ckpt["arrays"].items() if k.startswith("export.")}
         self.params = policy.build_params(arrays)
-        self.policy_version = int(ckpt["meta"].get("grad_steps", 0))
+        self.policy_version = int(ckpt["manifest"].get("step", 0))
         self.rounds = None
         self.learning_starts_left = 0
         self.episode_base = 0
