@@ -104,3 +104,43 @@ def test_eval_never_writes_weights_nor_touches_the_buffer(tmp_path):
     assert json.loads(r.stdout)["episodes"] == 2 and "EVAL MODE" in r.stderr
     assert digests() == before
     assert (read_checkpoint(os.path.join(w, "sac_latest.zip"))["arrays"]["replay.obs"] == replay_before).all()
+
+
+@pytest.mark.timeout(150)
+def test_periodic_eval_appends_results_and_keeps_best_zip(tmp_path):
+    bot = [sys.executable, "-m", "sacbot", "run"]
+    cmd = RUNNER + ["--root", str(tmp_path), "--bot-cmd", " ".join(bot), "--eval-every-rounds", "2",
+                    "--eval-episodes", "1", "--", "--env", "Pendulum-v1", "--hidden", "16", "--learning-starts", "64",
+                    "--save-interval", "10", "--pace", "lockstep"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watch = StderrWatcher(p)
+    try:
+        watch.wait_line("runner: new_best bot0", 120)
+        p.send_signal(signal.SIGTERM)
+        p.wait(60)
+    finally:
+        p.kill()
+    with open(tmp_path / "bot0" / "run" / "evals.jsonl") as fh:
+        first = json.loads(fh.readline())
+    assert first["episodes"] == 1 and first["rounds"] >= 2 and first["mean_return"] < 0
+    best = read_checkpoint(str(tmp_path / "bot0" / "best.zip"))
+    assert best["manifest"]["step"] > 0
+
+
+def test_status_table_says_live_stale_or_missing(tmp_path):
+    import time
+
+    from sacbot.status import format_status
+
+    text, code = format_status(str(tmp_path))
+    assert code == 1 and "no heartbeat" in text
+    st = {"pid": 1, "time": time.time(), "started": time.time() - 120, "mode": "train", "ticks": 10,
+          "episodes": 2, "learner_steps": 5, "policy_version": 6, "buffer_size": 10,
+          "drops": {"transition": 3, "other": 0, "save": 1}, "last_save": None, "last_error": None}
+    (tmp_path / "status.json").write_text(json.dumps(st))
+    text, code = format_status(str(tmp_path))
+    assert code == 0 and "live" in text and "transition 3" in text and "2.0 min" in text
+    st["time"] -= 60
+    (tmp_path / "status.json").write_text(json.dumps(st))
+    text, code = format_status(str(tmp_path))
+    assert code == 1 and "STALE" in text
