@@ -6,7 +6,9 @@ driven by a continuous 4-dim action in [-1, 1]:
 ====  =============================================================================
  0    drive: target speed = a0 * 8 units/tick (accelerates 1, brakes 2 per tick)
  1    body turn: a1 * (10 - 0.75 |v|) degrees/tick (Robocode's speed-dependent limit)
- 2    gun turn: a2 * 20 degrees/tick
+ 2    gun turn: a2 * 20 degrees/tick; with ``gun_control="aim"``, once the enemy has been
+      seen, the gun instead slews (20 degrees/tick) to the bearing of its last-seen position
+      plus an offset of a2 * 30 degrees
  3    fire: a3 <= 0 holds fire; a3 > 0 fires a bullet of power 0.1 + 2.9 * a3 when
       the gun is cool (heat 0) and the tank has that much energy
 ====  =============================================================================
@@ -71,6 +73,7 @@ MAX_SPEED = 8.0
 RADAR_RATE = math.radians(30.0)
 RADAR_HALF_ARC = math.radians(20.0)
 GUN_RATE = math.radians(20.0)
+AIM_OFFSET = math.radians(30.0)
 OBS_DIM = 35
 
 
@@ -163,7 +166,7 @@ class TankDuel(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
 
     def __init__(self, opponents=("sitting_duck", "spinner", "walker", "tracker"), schedule: str = "cycle",
-                 max_ticks: int = 600, render_mode: str | None = None):
+                 max_ticks: int = 600, render_mode: str | None = None, gun_control: str = "turn"):
         if isinstance(opponents, str):
             opponents = (opponents,)
         unknown = [o for o in opponents if o not in OPPONENTS]
@@ -171,6 +174,9 @@ class TankDuel(gym.Env):
             raise ValueError(f"unknown opponent(s) {unknown}; known: {sorted(OPPONENTS)}")
         if schedule not in ("fixed", "cycle", "random"):
             raise ValueError(f"schedule must be fixed, cycle or random, got {schedule!r}")
+        if gun_control not in ("turn", "aim"):
+            raise ValueError(f"gun_control must be 'turn' or 'aim', got {gun_control!r}")
+        self.gun_control = gun_control
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.opponents, self.schedule, self.max_ticks = tuple(opponents), schedule, int(max_ticks)
@@ -227,7 +233,13 @@ class TankDuel(gym.Env):
         spent = self._fire(me, power, owner=0)
         self._fire(en, e_fire, owner=1)
         regained = 0.0
-        me.gun = _wrap(me.gun + float(a[2]) * GUN_RATE)
+        if self.gun_control == "aim" and self._seen is not None:
+            # Aim mode: a2 is an offset from the bearing to the last-seen position (up to
+            # +-AIM_OFFSET, room to lead a moving target); the gun slews there at GUN_RATE.
+            want = math.atan2(self._seen[0] - me.x, self._seen[1] - me.y) + float(a[2]) * AIM_OFFSET
+            me.gun = _wrap(me.gun + max(-GUN_RATE, min(GUN_RATE, _wrap(want - me.gun))))
+        else:
+            me.gun = _wrap(me.gun + float(a[2]) * GUN_RATE)
         en.gun = _wrap(en.gun + max(-GUN_RATE, min(GUN_RATE, e_gun)))
         me.drive(float(a[0]) * MAX_SPEED, float(a[1]) * math.radians(10.0))
         en.drive(e_speed, e_turn)

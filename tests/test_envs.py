@@ -196,3 +196,18 @@ def test_bad_actions_get_a_clear_error():
     env.reset(seed=0)
     with pytest.raises(ValueError, match="4 finite values"):
         env.step([0, np.nan, 0, 0])
+
+
+def test_aim_mode_slews_the_gun_to_the_last_seen_bearing_plus_offset():
+    env = TankDuel(opponents="sitting_duck", gun_control="aim")
+    env.reset(seed=0)
+    place(env, dict(x=200.0, y=300.0, heading=0.0, gun=0.0, radar=math.pi / 2), dict(x=500.0, y=300.0))
+    env._see()  # the enemy, due east, is inside the radar arc now
+    for _ in range(6):  # 90 degrees at 20 deg/tick
+        env.step([0, 0, 0.0, 0])
+    assert abs(env.me.gun - math.pi / 2) < 1e-9
+    for _ in range(3):
+        env.step([0, 0, 0.5, 0])  # +15 degrees of lead
+    assert abs(env.me.gun - (math.pi / 2 + math.radians(15))) < 1e-9
+    with pytest.raises(ValueError, match="gun_control"):
+        TankDuel(gun_control="auto")
