@@ -62,7 +62,7 @@ def cmd_run(args, eval_mode: bool) -> int:
         cfg = dataclasses.replace(cfg, eval_mode=True)
         if getattr(args, "json", False):
             cfg = dataclasses.replace(cfg, quiet=True)
-        if not cfg.episodes and not cfg.steps:
+        if not cfg.episodes and not cfg.steps and not cfg.episodes_per_opponent:
             cfg = dataclasses.replace(cfg, episodes=10)
     stop = threading.Event()
     _Signals(stop).install()

@@ -43,6 +43,8 @@ class Config:
     seed: int = _f(0, "Seed for the env, replay sampling, network init and action noise.", min=0)
     steps: int = _f(0, "Stop after this many env steps (0: no limit).", min=0)
     episodes: int = _f(0, "Stop after this many episodes (0: no limit).", min=0)
+    episodes_per_opponent: int = _f(0, "Stop once every opponent of the env's schedule has had this many "
+                                       "episodes (0: off); for evals of multi-opponent envs.", min=0)
     pace: str = _f("free", "free: as fast as possible; realtime: fixed tick clock at --tps; "
                            "lockstep: acting waits for the learner's owed updates "
                            "(deterministic, for sample-efficiency comparisons).",

@@ -69,6 +69,13 @@ class Progress:
             self._bar.stop()
 
 
+def _each_opponent_done(env: gym.Env, agent: Agent, n: int) -> bool:
+    """Every opponent the env can schedule (``env.unwrapped.opponents`` when it has them, else
+    those met so far) has finished ``n`` episodes."""
+    names = getattr(env.unwrapped, "opponents", None) or list(agent.results) or [""]
+    return all(len(agent.results.get(str(o), [])) >= n for o in names)
+
+
 def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None) -> dict:
     """Play until --steps, --episodes or ``stop``; close the agent (final save); report."""
     stop = stop or threading.Event()
@@ -119,6 +126,8 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None) -> d
             if done:
                 returns.append(ep_ret)
             if cfg.episodes and agent.episodes >= cfg.episodes:
+                break
+            if cfg.episodes_per_opponent and _each_opponent_done(env, agent, cfg.episodes_per_opponent):
                 break
     finally:
         progress.close()

@@ -15,8 +15,9 @@ one that exits 0 has finished.  Past ``--max-restarts`` for any bot, the runner 
 bot and exits 1 with a summary.  SIGINT/SIGTERM to the runner closes every bot gracefully
 (each makes its final save) and exits 0.
 
-Every ``--eval-every-rounds`` rounds of a bot, its newest checkpoint is copied aside and
-evaluated by ``sacbot eval`` in eval mode (a separate process that writes no weights);
+Every ``--eval-every-rounds`` rounds (or ``--eval-every-minutes``) of a bot, its newest
+checkpoint is copied aside and evaluated by ``sacbot eval`` in eval mode, ``--eval-episodes``
+per opponent of the env's schedule (a separate process that writes no weights);
 results go to the bot's ``evals.jsonl`` and the best checkpoint by mean return is kept as
 ``best.zip``, copied atomically.  Events go to ``ROOT/runner_events.jsonl``.
 """
@@ -55,6 +56,7 @@ class Bot:
         self.eval_proc: subprocess.Popen | None = None
         self.eval_copy = os.path.join(self.dir, "eval", LATEST)
         self.next_eval_round: int | None = None
+        self.next_eval_time: float | None = None
         self.best: float | None = None
         self.log = None
         self.alive = False
@@ -183,21 +185,29 @@ class Runner:
 
     # --- periodic eval -----------------------------------------------------------------
     def maybe_eval(self, b: Bot, count: int | None) -> None:
-        k = self.a.eval_every_rounds
-        if not k or count is None or b.eval_proc is not None:
+        k, minutes = self.a.eval_every_rounds, self.a.eval_every_minutes
+        if count is None or b.eval_proc is not None or not (k or minutes):
             return
-        if b.next_eval_round is None:
-            b.next_eval_round = (count // k + 1) * k
-            return
+        now = time.monotonic()
+        if b.next_eval_round is None:  # first round seen: schedule, do not evaluate yet
+            b.next_eval_round = (count // k + 1) * k if k else None
+            b.next_eval_time = now + 60 * minutes if minutes else None
+            if k:
+                return
+        due = (k and b.next_eval_round is not None and count >= b.next_eval_round) or (
+            minutes and b.next_eval_time is not None and now >= b.next_eval_time)
         latest = os.path.join(b.weights, LATEST)
-        if count < b.next_eval_round or not os.path.exists(latest):
+        if not due or not os.path.exists(latest):
             return
-        b.next_eval_round = (count // k + 1) * k
+        if k:
+            b.next_eval_round = (count // k + 1) * k
+        if minutes:
+            b.next_eval_time = now + 60 * minutes
         os.makedirs(os.path.dirname(b.eval_copy), exist_ok=True)
         shutil.copyfile(latest, b.eval_copy)  # evaluate a fixed copy: the bot keeps saving
         cmd = self.a.eval_cmd + self.a.bot_args + ["--weights-path", os.path.dirname(b.eval_copy),
-                                                   "--run-dir", os.path.join(b.dir, "eval"), "--episodes",
-                                                   str(self.a.eval_episodes), "--json"]
+                                                   "--run-dir", os.path.join(b.dir, "eval"),
+                                                   "--episodes-per-opponent", str(self.a.eval_episodes), "--json"]
         b.eval_proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                        env={**os.environ, "SACBOT_EVAL_MODE": "1"})
         b.eval_round = count
@@ -238,8 +248,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--backoff", type=float, default=1.0, help="first restart delay; doubles each time")
     p.add_argument("--max-backoff", type=float, default=60.0)
     p.add_argument("--stop-deadline", type=float, default=60.0, help="seconds for bots to close at stop")
-    p.add_argument("--eval-every-rounds", type=int, default=0, help="0: no periodic eval")
-    p.add_argument("--eval-episodes", type=int, default=5)
+    p.add_argument("--eval-every-rounds", type=int, default=0, help="evaluate every K rounds of a bot (0: off)")
+    p.add_argument("--eval-every-minutes", type=float, default=0.0, help="evaluate every K minutes (0: off)")
+    p.add_argument("--eval-episodes", type=int, default=5, help="episodes per opponent of the env's schedule")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--bot-cmd", default=f"{sys.executable} -m sacbot run",
                    help="command that starts one bot (default: this Python's sacbot run)")

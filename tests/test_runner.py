@@ -144,3 +144,18 @@ def test_status_table_says_live_stale_or_missing(tmp_path):
     (tmp_path / "status.json").write_text(json.dumps(st))
     text, code = format_status(str(tmp_path))
     assert code == 1 and "STALE" in text
+
+
+@pytest.mark.timeout(120)
+def test_eval_runs_n_episodes_per_opponent_of_the_schedule(tmp_path):
+    env = ["--env", "sacbot/TankDuel-v0", "--env-kwargs",
+           '{"opponents": ["sitting_duck", "spinner"], "schedule": "cycle", "max_ticks": 20}', "--hidden", "16",
+           "--weights-path", str(tmp_path / "w"), "--run-dir", str(tmp_path / "run"), "--quiet"]
+    r = subprocess.run([sys.executable, "-m", "sacbot", "run", "--steps", "100", "--learning-starts", "50", *env],
+                       capture_output=True, text=True, timeout=100)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, "-m", "sacbot", "eval", "--episodes-per-opponent", "3", "--json", *env],
+                       capture_output=True, text=True, timeout=100)
+    assert r.returncode == 0, r.stderr
+    per = json.loads(r.stdout)["per_opponent"]
+    assert {k: v["episodes"] for k, v in per.items()} == {"sitting_duck": 3, "spinner": 3}
