@@ -341,3 +341,15 @@ def test_full_disk_is_counted_and_the_next_save_succeeds(tmp_path, monkeypatch):
     assert "No space left" in (agent.io.stats.last_error or "")
     agent.close()
     assert ck.read_checkpoint(os.path.join(cfg.weights_path, ck.LATEST))["meta"]["grad_steps"] > 0
+
+
+def test_a_layout_change_is_published_whole():
+    snap = WeightSnapshot()
+    reader = SnapshotReader(snap)
+    snap.publish({"w": np.ones((2, 3), np.float32), "flag": np.array(False)})
+    assert reader.pull() and reader.arrays["w"].dtype == np.float32
+    snap.publish({"w": np.full((2, 3), -7, np.int8), "w_scale": np.array([0.5, 0.25], np.float32),
+                  "flag": np.array(True)})
+    assert reader.pull()
+    assert reader.arrays["w"].dtype == np.int8 and (reader.arrays["w"] == -7).all()
+    assert reader.arrays["w_scale"].tolist() == [0.5, 0.25] and bool(reader.arrays["flag"])
