@@ -8,7 +8,8 @@ Usage::
 Each bot gets its own directory (``ROOT/bot<i>/run`` and ``ROOT/bot<i>/weights``) and seed.
 Bots do not share weights: two processes writing one ``sac_latest.zip`` would race, and a
 crash or freeze in one would stall the other's experience.  Every 0.5 s the runner reads
-each bot's round counter; after a startup grace period, a counter that has not moved for
+each bot's round counter and status.json (reported with events and in the summary); after
+a startup grace period, a counter that has not moved for
 ``--freeze-timeout`` seconds marks the bot frozen: SIGTERM, SIGKILL after ``--kill-grace``,
 then a restart after an exponential backoff.  A bot that exits non-zero is restarted too;
 one that exits 0 has finished.  Past ``--max-restarts`` for any bot, the runner stops every
@@ -34,7 +35,7 @@ import sys
 import time
 
 from .checkpoint import LATEST, atomic_write_bytes
-from .liveness import read_round_counter
+from .liveness import read_round_counter, read_status
 
 POLL_S = 0.5
 
@@ -60,6 +61,7 @@ class Bot:
         self.best: float | None = None
         self.log = None
         self.alive = False
+        self.status: dict = {}  # the bot's last status.json heartbeat
 
     def argv(self) -> list[str]:
         return self.cmd + self.args + ["--run-dir", self.run_dir, "--weights-path", self.weights,
@@ -114,7 +116,9 @@ class Runner:
             time.sleep(POLL_S)  # the polling period of the watchdog (SPEC 7), not a synchronisation
         self.stop_all()
         summary = {"bots": [{"bot": b.i, "restarts": b.restarts, "finished": b.finished,
-                             "rounds": read_round_counter(b.counter_path), "best_eval": b.best}
+                             "rounds": read_round_counter(b.counter_path), "best_eval": b.best,
+                             "learner_steps": b.status.get("learner_steps"),
+                             "last_error": b.status.get("last_error")}
                             for b in self.bots]}
         if self.failed:
             self.event("gave_up", reason=self.failed, **summary)
@@ -150,6 +154,7 @@ class Runner:
                 self.event("killed", b)
             return
         count = read_round_counter(b.counter_path)
+        b.status = read_status(os.path.join(b.run_dir, "status.json")) or b.status
         if count != b.last_count:
             if not b.alive:
                 b.alive = True  # said once per start: the bot has finished a round
@@ -157,7 +162,10 @@ class Runner:
             b.last_count, b.last_move = count, now
             self.maybe_eval(b, count)
         elif now - b.started > self.a.grace and now - b.last_move > self.a.freeze_timeout:
-            self.event("frozen", b, rounds=count, still_for=round(now - b.last_move, 2))
+            hb = b.status.get("time")
+            self.event("frozen", b, rounds=count, still_for=round(now - b.last_move, 2),
+                       heartbeat_age_s=round(time.time() - hb, 1) if hb else None,
+                       last_error=b.status.get("last_error"))
             b.proc.send_signal(signal.SIGTERM)
             b.stopping_since = now
 
