@@ -8,11 +8,13 @@ Usage, from any game or env loop::
         while not over:
             action = agent.act(obs)                        # never waits on learning
             obs, reward, terminated, truncated = game.step(action)
-            agent.observe(reward, obs, terminated, truncated)
+            agent.observe(reward, obs, terminated, truncated, info)
         print(agent.status())
 
 ``act`` returns an action inside ``action_space``; ``observe`` validates the step and
 hands it to the training thread through a bounded queue (dropped and counted if full).
+``info`` is optional; a boolean ``info["won"]`` at an episode's end is recorded as its outcome
+(episodes.jsonl, eval win rates).
 In eval mode (``cfg.eval_mode``) actions are deterministic and nothing is sent or saved.
 """
 
@@ -73,6 +75,8 @@ class Agent:
         self._act_ns: list[int] = []
         self.opponent = ""
         self.results: dict[str, list[float]] = defaultdict(list)
+        self.wins: dict[str, list[bool]] = defaultdict(list)  # episodes whose env reported info["won"]
+        self._won: bool | None = None
         self.loaded_from: str | None = None
         os.makedirs(cfg.run_dir, exist_ok=True)
         self.heartbeat = Heartbeat(os.path.join(cfg.run_dir, "status.json"))
@@ -189,8 +193,9 @@ class Agent:
         self._act_ns.append(time.perf_counter_ns() - t0)  # per-episode latency, for episodes.jsonl
         return out
 
-    def observe(self, reward, next_obs, terminated, truncated) -> None:
-        """Record the outcome of the last act().  Ends the episode on terminated/truncated."""
+    def observe(self, reward, next_obs, terminated, truncated, info: dict | None = None) -> None:
+        """Record the outcome of the last act().  Ends the episode on terminated/truncated;
+        a boolean ``info["won"]`` then is the episode's outcome."""
         if self._last_obs is None:
             raise AgentError("observe() needs a preceding act() in the same episode")
         # obs was checked in act() and the action came from the policy: only the new
@@ -208,6 +213,8 @@ class Agent:
                 if self.cfg.pace == "lockstep":
                     self.trainer.wait_processed(self.sent, timeout=600.0)
         if tr.terminated or tr.truncated:
+            won = info.get("won") if info else None
+            self._won = bool(won) if isinstance(won, bool | np.bool_) else None
             self._end_episode()
 
     def new_episode(self, opponent: str = "") -> None:
@@ -224,13 +231,18 @@ class Agent:
     def _end_episode(self) -> None:
         self.episodes += 1
         self.results[self.opponent].append(self._ep_return)
+        outcome = {}
+        if self._won is not None:
+            self.wins[self.opponent].append(self._won)
+            outcome = {"won": self._won}
+            self._won = None
         if self.rounds is not None:
             self.rounds.bump()
         if not self.eval_mode:
             append_jsonl(self.episodes_path, {"time": time.time(), "episode": self.episodes,
                                               "return": self._ep_return, "length": self._ep_len,
                                               "opponent": self.opponent,
-                                              "policy_version": self.policy_version,
+                                              "policy_version": self.policy_version, **outcome,
                                               **_latency_us(self._act_ns)})
         self.pstate = policy.initial_state(self.params)
         self._ep_return, self._ep_len = 0.0, 0
@@ -317,10 +329,14 @@ def _latency_us(ns: list[int]) -> dict:
 
 
 def summary(agent: Agent) -> dict:
-    """Eval summary: episodes, mean and std of return, per-opponent results."""
+    """Eval summary: episodes, mean and std of return, per-opponent results (with the win rate
+    when the env reports ``info["won"]``)."""
     allr = [r for rs in agent.results.values() for r in rs]
     per = {k: {"episodes": len(v), "mean_return": float(np.mean(v)), "std_return": float(np.std(v))}
            for k, v in agent.results.items()}
+    for k, w in agent.wins.items():
+        if w:
+            per[k]["win_rate"] = float(np.mean(w))
     return {"episodes": len(allr), "mean_return": float(np.mean(allr)) if allr else None,
             "std_return": float(np.std(allr)) if allr else None, "per_opponent": per,
             "checkpoint": agent.loaded_from}

@@ -80,8 +80,9 @@ def cmd_run(args, eval_mode: bool) -> int:
             print(f"eval: {s['episodes']} episodes, return {s['mean_return']:.2f} ± {s['std_return']:.2f} "
                   f"(checkpoint {s['checkpoint']})")
             for opp, r in s["per_opponent"].items():
+                won = f", won {r['win_rate']:.0%}" if "win_rate" in r else ""
                 print(f"  {opp or '-'}: {r['episodes']} episodes, return {r['mean_return']:.2f} "
-                      f"± {r['std_return']:.2f}")
+                      f"± {r['std_return']:.2f}{won}")
         return 0
     err = agent.learner_error
     last = report.get("last_save")

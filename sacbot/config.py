@@ -70,6 +70,8 @@ class Config:
     tau: float = _f(0.005, "Polyak rate of the target critic.", min=0.0, max=1.0, group="learner")
     lr: float = _f(3e-4, "Adam learning rate of actor, critic and temperature.", min=0.0,
                    group="learner")
+    init_alpha: float = _f(1.0, "Initial entropy temperature; lower it when rewards are small next to the "
+                                "entropy bonus (SB3's ent_coef='auto_0.1').", min=1e-8, group="learner")
     quant: str = _f("on", "Quantization-aware actor (on) or plain fp32 (off).",
                     choices=("on", "off"), group="learner")
     quant_bits: int = _f(8, "Bits of the quantized actor's weights and inputs.", min=3, max=8,

@@ -110,7 +110,7 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None) -> d
                     next_tick += period
                 action = agent.act(obs)
                 obs, reward, terminated, truncated, info = env.step(action)
-                agent.observe(reward, obs, terminated, truncated)
+                agent.observe(reward, obs, terminated, truncated, info)
                 ep_ret += float(reward)
                 steps += 1
                 ticks += 1

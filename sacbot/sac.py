@@ -128,7 +128,7 @@ class SACLSTMLearner:
         self.target.requires_grad_(False)
         for m in (self.actor, self.critic, self.target):
             m.to(self.device)
-        self.log_alpha = torch.zeros((), device=self.device, requires_grad=True)
+        self.log_alpha = torch.full((), math.log(cfg.init_alpha), device=self.device, requires_grad=True)
         self.target_entropy = -float(act_dim)
         # Three optimizers, as in SAC; foreach kernels cut per-parameter overhead.
         self.opt_actor = torch.optim.Adam(self.actor.parameters(), cfg.lr, fused=True)

@@ -233,6 +233,20 @@ def test_eval_mode_sends_nothing_and_writes_no_weights(tmp_path):
     assert after == before
 
 
+def test_episode_outcomes_from_info_give_win_rates(tmp_path):
+    from sacbot.agent import summary
+    cfg = small_cfg(tmp_path, pace="lockstep")
+    with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
+        for k, won in enumerate([True, False, True, None]):
+            agent.new_episode("duck" if k < 3 else "other")
+            agent.act(np.zeros(3))
+            agent.observe(1.0, np.zeros(3), True, False, {} if won is None else {"won": won})
+    recs = [json.loads(line) for line in open(os.path.join(cfg.run_dir, "episodes.jsonl"))]
+    assert [r.get("won") for r in recs] == [True, False, True, None]
+    per = summary(agent)["per_opponent"]
+    assert per["duck"]["win_rate"] == pytest.approx(2 / 3) and "win_rate" not in per["other"]
+
+
 def test_bad_observation_from_the_game_names_the_problem(tmp_path):
     with Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE) as agent:
         agent.new_episode()
