@@ -300,7 +300,7 @@ class Agent:
                 handle_message(tr.state, m)  # into the buffer, not trained on (SPEC 6)
             tr.state.pending = 0
             try:
-                payload = tr.state.payload(self.cfg.save_replay)
+                payload = tr.state.payload(self.cfg.save_replay, since=self.save_slot.held)
                 payload["meta"]["acting_rng"] = json.dumps(self.rng.bit_generator.state)
                 self.save_slot.put_final(payload,
                                          timeout=max(0.1, end - time.monotonic()))

@@ -67,6 +67,9 @@ class SaveSlot:
     def __init__(self):
         self._q: queue.Queue = queue.Queue(maxsize=1)
         self.dropped = 0
+        # {replay chunk index: generation} the writer holds encoded; the writer replaces the
+        # whole dict (never mutates it), so the training thread may read it without a lock.
+        self.held: dict[int, int] = {}
 
     def has_room(self) -> bool:
         return not self._q.full()

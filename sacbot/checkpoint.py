@@ -18,9 +18,14 @@ model.msgpack.zst      actor.*, critic.*, target.*, log_alpha (quantizer scales 
                        actor parameters)
 optimizer.msgpack.zst  opt.<optimizer>.<i>.{step, exp_avg, exp_avg_sq}
 training.msgpack.zst   rng.* arrays and the JSON-able counters and RNG states
-replay.msgpack.zst     replay.* (optional)
+replay-NNN.msgpack.zst  replay.* (optional), rows of chunk NNN (000, 001, ...);
+                       concatenated in order on load
 actor.msgpack.zst      the deployable actor export alone
 =====================  =============================================================
+
+Version 3 split the replay into row chunks so that a periodic save re-encodes only the
+chunks written since the previous one (``ReplayChunkCache``, held by the I/O thread);
+version 2 had one ``replay.msgpack.zst`` and still loads.
 
 Zip entries are stored uncompressed; each payload is compressed by zstd.  Writes go to
 a temp file in the same directory, are fsynced, renamed over the target and the
@@ -48,9 +53,11 @@ import zstandard
 from .messages import MessageError, pack, unpack
 
 FORMAT = "sacbot-checkpoint"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 LATEST = "sac_latest.zip"
 STEP_RE = re.compile(r"^sac_step_(\d+)\.zip$")
+CHUNK_RE = re.compile(r"^replay-(\d{3})\.msgpack\.zst$")
 TMP_PREFIX = ".sacbot-tmp-"
 MAX_ENTRY_BYTES = 2 << 30  # absolute cap on any decompressed entry (2 GiB)
 MAX_MANIFEST_BYTES = 1 << 20
@@ -142,17 +149,52 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
     _fsync_dir(d)
 
 
-def build_zip(payload: dict, config: dict | None = None, spaces: dict | None = None) -> tuple[bytes, dict]:
+class ReplayChunkCache:
+    """Encoded replay chunks by index, with the generation each was encoded at.  The I/O thread
+    keeps one, so a save re-encodes only the chunks the payload brings (those written since)."""
+
+    def __init__(self):
+        self._chunks: dict[int, tuple[int, bytes, str]] = {}  # index -> (gen, blob, sha256)
+
+    def held(self) -> dict[int, int]:
+        return {k: g for k, (g, _, _) in self._chunks.items()}
+
+    def entries(self, chunks: list[dict], gens: list[int]) -> dict[str, tuple[bytes, str]]:
+        for c in chunks:
+            blob = _encode_entry({"arrays": c["arrays"]})
+            self._chunks[int(c["index"])] = (int(c["gen"]), blob, hashlib.sha256(blob).hexdigest())
+        for k in [k for k in self._chunks if k >= len(gens)]:
+            del self._chunks[k]  # the buffer was cleared and holds fewer chunks now
+        out = {}
+        for k, g in enumerate(gens):
+            held = self._chunks.get(k)
+            if held is None or held[0] != g:
+                self._chunks.pop(k, None)  # make the training thread send it again
+                raise CheckpointError(f"replay chunk {k} (generation {g}) is neither in the payload nor "
+                                      "held by the writer; the next save carries it")
+            out[f"replay-{k:03d}.msgpack.zst"] = held[1:]
+        return out
+
+
+def build_zip(payload: dict, config: dict | None = None, spaces: dict | None = None,
+              cache: ReplayChunkCache | None = None) -> tuple[bytes, dict]:
     meta = payload["meta"]
     parts = split_payload(payload["arrays"])
-    entries: dict[str, bytes] = {}
+    entries: dict[str, tuple[bytes, str]] = {}
     for kind in ENTRIES:
-        if kind == "replay" and not parts["replay"]:
+        if kind == "replay":
             continue
         obj: dict = {"arrays": parts[kind]}
         if kind == "training":
             obj["meta"] = meta
-        entries[_entry_name(kind)] = _encode_entry(obj)
+        blob = _encode_entry(obj)
+        entries[_entry_name(kind)] = (blob, hashlib.sha256(blob).hexdigest())
+    if "replay_chunks" in payload:
+        entries.update((cache or ReplayChunkCache()).entries(payload["replay_chunks"],
+                                                             meta["replay"]["chunk_gens"]))
+    elif parts["replay"]:  # replay.* arrays given whole: one chunk
+        blob = _encode_entry({"arrays": parts["replay"]})
+        entries["replay-000.msgpack.zst"] = (blob, hashlib.sha256(blob).hexdigest())
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -162,13 +204,13 @@ def build_zip(payload: dict, config: dict | None = None, spaces: dict | None = N
         "env_steps": int(meta.get("env_steps", 0)),
         "config": config or {},
         "spaces": spaces or {},
-        "entries": {n: {"sha256": hashlib.sha256(b).hexdigest(), "size": len(b),
-                        "raw_size": _content_size(b)} for n, b in entries.items()},
+        "entries": {n: {"sha256": sha, "size": len(b), "raw_size": _content_size(b)}
+                    for n, (b, sha) in entries.items()},
     }
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
         zf.writestr(_zinfo("manifest.json"), json.dumps(manifest, indent=1, sort_keys=True))
-        for n, b in entries.items():
+        for n, (b, _) in entries.items():
             zf.writestr(_zinfo(n), b)
     return buf.getvalue(), manifest
 
@@ -184,11 +226,12 @@ def _content_size(frame: bytes) -> int:
 
 
 def write_checkpoint(directory: str, payload: dict, keep_last: int = 5, config: dict | None = None,
-                     spaces: dict | None = None) -> Receipt:
-    """Write ``sac_latest.zip`` and ``sac_step_<N>.zip`` atomically, rotate, return a receipt."""
+                     spaces: dict | None = None, cache: ReplayChunkCache | None = None) -> Receipt:
+    """Write ``sac_latest.zip`` and ``sac_step_<N>.zip`` atomically, rotate, return a receipt.
+    ``cache`` supplies replay chunks the payload leaves out (see ``ReplayChunkCache``)."""
     t0 = time.perf_counter()
     os.makedirs(directory, exist_ok=True)
-    data, manifest = build_zip(payload, config, spaces)
+    data, manifest = build_zip(payload, config, spaces, cache)
     step = manifest["step"]
     step_path = os.path.join(directory, f"sac_step_{step}.zip")
     atomic_write_bytes(step_path, data)
@@ -287,22 +330,27 @@ def _read_checkpoint(path: str, entries: tuple[str, ...] | None) -> dict:
         if version == 1:
             from .migrations import read_v1
             return read_v1(path, zf, manifest, by_name)
-        if version != FORMAT_VERSION:
+        if version not in READABLE_VERSIONS:
             raise CheckpointError(f"{path}: format_version {version!r} is not supported "
-                                  f"(this sacbot reads 1 and {FORMAT_VERSION})")
+                                  f"(this sacbot reads {', '.join(map(str, READABLE_VERSIONS))})")
         declared = manifest.get("entries")
         if not isinstance(declared, dict):
             raise CheckpointError(f"{path}: manifest has no entry table")
         for n in by_name:
             if n != "manifest.json" and n not in declared:
                 print(f"sacbot: warning: {path}: ignoring unknown entry {n!r}", file=sys.stderr)
-        want = [_entry_name(k) for k in (entries or ENTRIES)]
+        kinds = entries or ENTRIES
+        want = [_entry_name(k) for k in kinds if k != "replay"]
+        chunks = sorted(n for n in declared if CHUNK_RE.match(n))
+        if "replay" in kinds:  # optional: v3 chunks, or v2's single entry
+            if chunks != [f"replay-{k:03d}.msgpack.zst" for k in range(len(chunks))]:
+                raise CheckpointError(f"{path}: replay chunks {chunks} are not numbered 000, 001, ...")
+            want += chunks or [n for n in (_entry_name("replay"),) if n in declared]
         arrays: dict[str, np.ndarray] = {}
+        parts: dict[str, list[np.ndarray]] = {}
         meta: dict = {}
         for n in want:
             if n not in declared:
-                if n == _entry_name("replay"):
-                    continue  # replay is optional
                 raise CheckpointError(f"{path}: entry {n} is missing from the manifest")
             if n not in by_name:
                 raise CheckpointError(f"{path}: entry {n} is listed but absent")
@@ -312,9 +360,17 @@ def _read_checkpoint(path: str, entries: tuple[str, ...] | None) -> dict:
             if len(blob) != size or hashlib.sha256(blob).hexdigest() != d["sha256"]:
                 raise CheckpointError(f"{path}: entry {n} fails its sha256/size check (corrupt)")
             obj = decode_entry(blob, raw_size, path, n)
-            arrays.update(obj["arrays"])
+            if CHUNK_RE.match(n):
+                for k, v in obj["arrays"].items():
+                    parts.setdefault(k, []).append(v)
+            else:
+                arrays.update(obj["arrays"])
             if "meta" in obj:
                 meta = obj["meta"]
+        for k, vs in parts.items():
+            if len(vs) != len(chunks) or len({v.shape[1:] for v in vs}) != 1:
+                raise CheckpointError(f"{path}: replay chunks disagree on {k}")
+            arrays[k] = np.concatenate(vs)
         _check_finite(arrays, path)
         return {"manifest": manifest, "arrays": arrays, "meta": meta}
 

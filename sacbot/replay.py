@@ -22,6 +22,10 @@ from typing import NamedTuple
 import numpy as np
 
 _ARRAYS = ("obs", "next_obs", "act", "rew", "terminated", "truncated", "episode")
+# Checkpoints store the buffer in row chunks, each with a generation that every write bumps,
+# so a periodic save re-encodes only the chunks written since the last one (docs/operations.md).
+CHUNK_MIN_ROWS = 8192
+MAX_CHUNKS = 16
 
 
 class SequenceBatch(NamedTuple):
@@ -58,6 +62,8 @@ class SequenceReplay:
         self.size = 0
         self.current_episode = 0
         self._episode_open = False  # a transition of current_episode is stored
+        self.chunk_rows = max(CHUNK_MIN_ROWS, -(-capacity // MAX_CHUNKS))
+        self.chunk_gen = np.zeros(-(-capacity // self.chunk_rows), np.int64)
 
     def __len__(self) -> int:
         return self.size
@@ -73,6 +79,7 @@ class SequenceReplay:
         self.obs[i], self.act[i], self.rew[i], self.next_obs[i] = obs, act, rew, next_obs
         self.terminated[i], self.truncated[i] = terminated, truncated
         self.episode[i] = self.current_episode
+        self.chunk_gen[i // self.chunk_rows] += 1
         self._episode_open = True
         self.head = (i + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
@@ -81,6 +88,7 @@ class SequenceReplay:
 
     def clear(self) -> None:
         self.episode.fill(-1)
+        self.chunk_gen += 1
         self.head = self.size = 0
         self.start_episode()
 
@@ -140,11 +148,30 @@ class SequenceReplay:
     # -- plain-array export for checkpoints (positions preserved, so a resumed run
     # samples exactly what an uninterrupted one would) --------------------------------
     def export(self) -> tuple[dict[str, np.ndarray], dict]:
-        stored = self.capacity if self.size == self.capacity else self.head
-        arrays = {f"replay.{k}": getattr(self, k)[:stored].copy() for k in _ARRAYS}
-        meta = {"capacity": self.capacity, "head": self.head, "size": self.size,
+        arrays = {f"replay.{k}": getattr(self, k)[:self._stored()].copy() for k in _ARRAYS}
+        return arrays, self._meta()
+
+    def export_chunks(self, since: dict[int, int] | None = None) -> tuple[list[dict], dict]:
+        """The buffer as row chunks ``{"index", "gen", "arrays"}`` (copies), leaving out each chunk
+        whose generation equals ``since[index]`` (the writer already holds it).  ``meta["chunk_gens"]``
+        lists the generation of every stored chunk, so the writer can check it has them all."""
+        stored, c = self._stored(), self.chunk_rows
+        n = -(-stored // c)
+        since = since or {}
+        chunks = [{"index": k, "gen": int(self.chunk_gen[k]),
+                   "arrays": {f"replay.{a}": getattr(self, a)[k * c:min((k + 1) * c, stored)].copy()
+                              for a in _ARRAYS}}
+                  for k in range(n) if since.get(k) != int(self.chunk_gen[k])]
+        meta = self._meta()
+        meta.update(chunk_rows=c, chunk_gens=[int(g) for g in self.chunk_gen[:n]])
+        return chunks, meta
+
+    def _stored(self) -> int:
+        return self.capacity if self.size == self.capacity else self.head
+
+    def _meta(self) -> dict:
+        return {"capacity": self.capacity, "head": self.head, "size": self.size,
                 "current_episode": self.current_episode, "episode_open": self._episode_open}
-        return arrays, meta
 
     def load(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
         if meta["capacity"] != self.capacity:
@@ -160,3 +187,4 @@ class SequenceReplay:
         self.head, self.size = int(meta["head"]), int(meta["size"])
         self.current_episode = int(meta["current_episode"])
         self._episode_open = bool(meta["episode_open"])
+        self.chunk_gen += 1

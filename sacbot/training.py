@@ -58,18 +58,19 @@ class TrainingState:
                    np.random.default_rng(cfg.seed))
 
     # --- plain-data snapshot for checkpoints ---------------------------------------
-    def payload(self, with_replay: bool) -> dict:
+    def payload(self, with_replay: bool, since: dict[int, int] | None = None) -> dict:
+        """Plain data for a checkpoint.  With the replay, ``payload["replay_chunks"]`` carries its
+        row chunks, less those whose generation ``since`` says the writer already holds."""
         arrays, lmeta = self.learner.state()
         arrays.update({f"export.{k}": v for k, v in self.learner.export_actor().items()})
         meta = {"grad_steps": self.grad_steps, "env_steps": self.env_steps,
                 "episodes": self.episodes, "utd_carry": self.utd_carry,
                 "opponent": self.opponent, "learner": lmeta,
                 "rng_numpy": json.dumps(self.rng.bit_generator.state)}
+        out = {"arrays": arrays, "meta": meta}
         if with_replay:
-            rarrays, rmeta = self.replay.export()
-            arrays.update(rarrays)
-            meta["replay"] = rmeta
-        return {"arrays": arrays, "meta": meta}
+            out["replay_chunks"], meta["replay"] = self.replay.export_chunks(since)
+        return out
 
     def load_payload(self, arrays: dict, meta: dict) -> None:
         self.learner.load_state(arrays, meta["learner"])
@@ -183,7 +184,7 @@ class TrainingThread(threading.Thread):
         # Build the (large) payload only when the writer has room for it.
         if not self.save_slot.has_room():
             return False
-        return self.save_slot.offer(state.payload(self.with_replay))
+        return self.save_slot.offer(state.payload(self.with_replay, since=self.save_slot.held))
 
     def run(self) -> None:
         try:
@@ -265,6 +266,8 @@ class IOThread(threading.Thread):
         self.config, self.spaces = config, spaces
         self.stats = IOStats()
         self.stop_event = threading.Event()
+        from .checkpoint import ReplayChunkCache
+        self.replay_cache = ReplayChunkCache()
 
     def run(self) -> None:
         from .checkpoint import append_receipt, write_checkpoint
@@ -279,7 +282,10 @@ class IOThread(threading.Thread):
                 if item is _SENTINEL:
                     return
                 try:
-                    r = write_checkpoint(self.weights_dir, item, self.keep_last, self.config, self.spaces)
+                    r = write_checkpoint(self.weights_dir, item, self.keep_last, self.config, self.spaces,
+                                         cache=self.replay_cache)
+                    # Tell the training thread which replay chunks need not be sent again.
+                    self.save_slot.held = self.replay_cache.held()
                     self.stats.saves += 1
                     self.stats.last_save = {"path": r.path, "step": r.step, "bytes": r.bytes,
                                             "time": time.time()}

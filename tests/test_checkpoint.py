@@ -148,6 +148,95 @@ def test_version_1_fixture_loads_through_the_migration():
     assert train_pass(st)["pass_grad_steps"] == 1  # and training continues
 
 
+FIXTURE_V2 = os.path.join(os.path.dirname(__file__), "fixtures", "ckpt_v2.zip")
+
+
+def test_version_2_fixture_with_its_single_replay_entry_loads():
+    c = ck.read_checkpoint(FIXTURE_V2)
+    assert c["manifest"]["format_version"] == 2 and "replay.msgpack.zst" in c["manifest"]["entries"]
+    expected = np.load(FIXTURE_V2.replace(".zip", "_expected.npz"))
+    for k in expected.files:
+        assert np.array_equal(c["arrays"][k], expected[k]), k
+    cfg = Config(hidden=8, batch_size=2, seq_len=4, learning_starts=2, calib_updates=2, seed=6)
+    st = TrainingState.fresh(cfg, 3, 1)
+    st.load_payload(c["arrays"], c["meta"])
+    assert len(st.replay) == 12 and st.grad_steps == 11
+
+
+def big_replay_state(n: int, capacity: int = 40_000):
+    cfg = Config(hidden=8, batch_size=2, seq_len=4, learning_starts=10**9, calib_updates=2, buffer_size=capacity)
+    st = TrainingState.fresh(cfg, 3, 1)
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        st.replay.add(rng.standard_normal(3), [0.5], 1.0, rng.standard_normal(3), False, i % 100 == 99)
+    return st
+
+
+def test_periodic_saves_reencode_only_the_replay_chunks_written_since(tmp_path):
+    st = big_replay_state(20_000)  # chunks of 8,192 rows: 3 chunks
+    cache = ck.ReplayChunkCache()
+    first = st.payload(True, since=cache.held())
+    assert [c["index"] for c in first["replay_chunks"]] == [0, 1, 2]
+    ck.write_checkpoint(str(tmp_path / "a"), first, cache=cache)
+    for _ in range(5):  # rows 20,000-20,004: chunk 2 only
+        st.replay.add(np.ones(3), [0.1], 2.0, np.ones(3), False, False)
+    second = st.payload(True, since=cache.held())
+    assert [c["index"] for c in second["replay_chunks"]] == [2]
+    ck.write_checkpoint(str(tmp_path / "a"), second, cache=cache)
+    # The incremental file equals a full save of the same state, entry by entry ...
+    _, full = ck.build_zip(st.payload(True))
+    inc = ck.read_checkpoint(str(tmp_path / "a" / ck.LATEST))
+    assert inc["manifest"]["entries"] == full["entries"]
+    assert sorted(n for n in full["entries"] if n.startswith("replay-")) == [
+        "replay-000.msgpack.zst", "replay-001.msgpack.zst", "replay-002.msgpack.zst"]
+    # ... and loads back into the same buffer.
+    other = TrainingState.fresh(st.cfg, 3, 1)
+    other.load_payload(inc["arrays"], inc["meta"])
+    for k in ("obs", "next_obs", "act", "rew", "terminated", "truncated", "episode"):
+        assert np.array_equal(getattr(other.replay, k), getattr(st.replay, k)), k
+    assert (other.replay.head, len(other.replay)) == (st.replay.head, len(st.replay)) == (20_005, 20_005)
+
+
+def test_a_chunk_the_writer_does_not_hold_fails_the_save_and_is_sent_next_time(tmp_path):
+    st = big_replay_state(9_000)  # 2 chunks
+    cache = ck.ReplayChunkCache()
+    lying = st.payload(True, since={0: int(st.replay.chunk_gen[0])})  # claims chunk 0 is held
+    with pytest.raises(ck.CheckpointError, match="replay chunk 0"):
+        ck.write_checkpoint(str(tmp_path), lying, cache=cache)
+    assert 0 not in cache.held()
+    retry = st.payload(True, since=cache.held())
+    assert [c["index"] for c in retry["replay_chunks"]] == [0]  # chunk 1 was encoded and is held
+    ck.write_checkpoint(str(tmp_path), retry, cache=cache)
+    assert len(ck.read_checkpoint(str(tmp_path / ck.LATEST))["arrays"]["replay.obs"]) == 9_000
+
+
+def test_a_cleared_buffer_drops_its_old_chunks(tmp_path):
+    st = big_replay_state(20_000)
+    cache = ck.ReplayChunkCache()
+    ck.write_checkpoint(str(tmp_path), st.payload(True, since=cache.held()), cache=cache)
+    st.replay.clear()
+    st.replay.add(np.ones(3), [0.1], 2.0, np.ones(3), False, False)
+    p = st.payload(True, since=cache.held())
+    assert [c["index"] for c in p["replay_chunks"]] == [0]
+    ck.write_checkpoint(str(tmp_path), p, cache=cache)
+    c = ck.read_checkpoint(str(tmp_path / ck.LATEST))
+    assert [n for n in c["manifest"]["entries"] if n.startswith("replay-")] == ["replay-000.msgpack.zst"]
+    assert len(c["arrays"]["replay.obs"]) == 1 and sorted(cache.held()) == [0]
+
+
+def test_replay_chunks_out_of_order_are_refused(tmp_path):
+    st = big_replay_state(20_000)
+    ck.write_checkpoint(str(tmp_path), st.payload(True))
+    src = str(tmp_path / ck.LATEST)
+
+    def drop_chunk_1(items, m):
+        del items["replay-001.msgpack.zst"]
+        del m["entries"]["replay-001.msgpack.zst"]
+    rebuild(src, str(tmp_path / "bad.zip"), entry_edit=drop_chunk_1)
+    with pytest.raises(ck.CheckpointError, match="not numbered"):
+        ck.read_checkpoint(str(tmp_path / "bad.zip"))
+
+
 def rebuild(src, dst, manifest_edit=None, entry_edit=None, extra=None):
     """Copy a checkpoint zip, editing the manifest and/or entries (digests left as they were
     unless the edit recomputes them)."""
