@@ -2,7 +2,8 @@
 """Checkpoint cost: save time and size per entry, and the learner's step time while saving.
 
 Part 1 writes checkpoints of a learner at each hidden size, with and without a full
-100k-transition replay, and reports bytes per entry and the median write time.
+100k-transition replay, and reports bytes per entry and the median build and write times of a
+full save (the first of a run) and of an incremental one (replay chunks already held).
 Part 2 runs learner updates exactly as the training thread does (offer a snapshot to a
 real I/O thread every ``--every`` steps) and compares step-time p50/p99 against the same
 loop without saves, alternating blocks so machine noise hits both.  Last line is JSON.
@@ -44,15 +45,29 @@ def save_costs(hidden: int, replay: bool, repeats: int) -> dict:
 
     st = make_state(hidden, 100_000 if replay else 0)
     d = tempfile.mkdtemp(prefix="sacbot-ckbench-")
-    times, build = [], []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        payload = st.payload(with_replay=replay)
-        build.append((time.perf_counter() - t0) * 1e3)
-        r = ck.write_checkpoint(d, payload, keep_last=1)
-        times.append(r.write_ms)
-    return {"hidden": hidden, "replay": replay, "payload_build_ms_median": round(statistics.median(build), 2),
-            "write_ms_median": round(statistics.median(times), 1), "file_bytes": r.bytes, "entry_bytes": r.entry_bytes}
+    out: dict = {"hidden": hidden, "replay": replay}
+    # "full": a writer holding nothing (the first save of a run); "incremental": a writer that
+    # holds the replay chunks of its previous save, 20 new transitions later (periodic saves).
+    for kind in ("full", "incremental"):
+        times, build = [], []
+        for _ in range(repeats):
+            cache = ck.ReplayChunkCache()
+            if kind == "incremental":
+                ck.write_checkpoint(d, st.payload(replay, since=cache.held()), keep_last=1, cache=cache)
+                for _ in range(20):
+                    st.replay.add(np.zeros(st.replay.obs_dim), np.zeros(st.replay.act_dim), 0.0,
+                                  np.zeros(st.replay.obs_dim), False, False)
+            t0 = time.perf_counter()
+            payload = st.payload(replay, since=cache.held())
+            build.append((time.perf_counter() - t0) * 1e3)
+            r = ck.write_checkpoint(d, payload, keep_last=1, cache=cache)
+            times.append(r.write_ms)
+        out[kind] = {"payload_build_ms_median": round(statistics.median(build), 2),
+                     "write_ms_median": round(statistics.median(times), 1)}
+        if not replay:
+            break  # without a replay the two are the same save
+    out.update(file_bytes=r.bytes, entry_bytes=r.entry_bytes)
+    return out
 
 
 def step_times(hidden: int, every: int, blocks: int, block_steps: int, replay: bool) -> dict:
@@ -65,16 +80,19 @@ def step_times(hidden: int, every: int, blocks: int, block_steps: int, replay: b
     io = IOThread(slot, d, 1, {}, {})
     io.start()
     res: dict[str, list[float]] = {"no_saves": [], "saving": []}
+    obs, act = np.zeros(st.replay.obs_dim, np.float32), np.zeros(st.replay.act_dim, np.float32)
     offers = dropped = 0
     for b in range(2 * blocks):
         mode = "saving" if b % 2 else "no_saves"
         for i in range(block_steps):
             t0 = time.perf_counter()
+            # UTD 1: a transition arrives per gradient step, so saves have new replay rows to carry
+            st.replay.add(obs, act, 0.1, obs, False, False)
             st.learner.update(st.replay.sample(16, 32, st.rng))
             if mode == "saving" and i % every == every - 1:  # what TrainingThread.offer_save does
                 offers += 1
                 if slot.has_room():
-                    slot.offer(st.payload(with_replay=replay))
+                    slot.offer(st.payload(with_replay=replay, since=slot.held))  # as offer_save
                 else:
                     dropped += 1
             res[mode].append((time.perf_counter() - t0) * 1e3)
