@@ -180,6 +180,8 @@ class Agent:
         if self.trainer is not None and self.reader.pull():
             self.params = policy.build_params(self.reader.arrays)
             self.policy_version = self.reader.version
+        if self.cfg.memoryless:  # the control experiment: nothing carried from the last tick
+            self.pstate = policy.initial_state(self.params)
         a, self.pstate = policy.act(self.params, x, self.pstate, None if self.eval_mode else self.rng)
         if self.learning_starts_left > 0:
             # Uniform exploration until learning starts, as SB3 does; the recurrent

@@ -72,6 +72,8 @@ class Config:
                    group="learner")
     init_alpha: float = _f(1.0, "Initial entropy temperature; lower it when rewards are small next to the "
                                 "entropy bonus (SB3's ent_coef='auto_0.1').", min=1e-8, group="learner")
+    memoryless: bool = _f(False, "Control experiment: reset the recurrent state (and previous action) "
+                                 "every step, in acting and in training (sequences of 1).", group="learner")
     quant: str = _f("on", "Quantization-aware actor (on) or plain fp32 (off).",
                     choices=("on", "off"), group="learner")
     quant_bits: int = _f(8, "Bits of the quantized actor's weights and inputs.", min=3, max=8,

@@ -136,7 +136,11 @@ def train_pass(state: TrainingState, offer_save: Callable[[TrainingState], bool]
             state.utd_carry += n - i
             break
         done += 1
-        batch = state.replay.sample(cfg.batch_size, cfg.seq_len, state.rng, cfg.burn_in)
+        if cfg.memoryless:  # the control: each step alone, from a zero state and no previous action
+            batch = state.replay.sample(cfg.batch_size, 1, state.rng)
+            batch = batch._replace(prev_act0=np.zeros_like(batch.prev_act0))
+        else:
+            batch = state.replay.sample(cfg.batch_size, cfg.seq_len, state.rng, cfg.burn_in)
         m = state.learner.update(batch)
         state.grad_steps += 1
         for k, v in m.items():

@@ -150,6 +150,30 @@ def test_utd_steps_with_fractional_carry(tmp_path):
     assert st.grad_steps == 9 and st.utd_carry == pytest.approx(0.0)
 
 
+@pytest.mark.parametrize("memoryless", [False, True])
+def test_memoryless_control_trains_on_single_steps_and_acts_without_state(tmp_path, memoryless):
+    st = TrainingState.fresh(small_cfg(tmp_path, learning_starts=0, memoryless=memoryless), 3, 1)
+    seen = []
+    real = st.learner.update
+    st.learner.update = lambda b: seen.append(b) or real(b)
+    for i in range(6):
+        handle_message(st, make_transition([i, 0, 0], [0.5], 1.0, [i + 1, 0, 0], False, False, obs_dim=3, act_dim=1))
+    train_pass(st)
+    assert {b.act.shape[1] for b in seen} == ({1} if memoryless else {4})  # (B, T, A)
+    if memoryless:
+        assert all(not b.prev_act0.any() for b in seen)
+    from sacbot import checkpoint as ck
+    cfg = small_cfg(tmp_path, memoryless=memoryless, eval_mode=True)
+    ck.write_checkpoint(cfg.weights_path, st.payload(False), config=cfg.to_dict(), spaces={"obs_dim": 3, "act_dim": 1})
+    agent = Agent(cfg, OBS_SPACE, ACT_SPACE)
+    agent.new_episode()
+    x = np.array([0.3, -0.2, 0.9])
+    acts = [agent.act(x) for _ in range(3)]
+    agent.close()
+    # Without memory the same observation gives the same action; with it, the state moves on.
+    assert all(np.array_equal(acts[0], a) for a in acts) == memoryless
+
+
 def test_no_steps_before_learning_starts(tmp_path):
     st = TrainingState.fresh(small_cfg(tmp_path, learning_starts=10), 3, 1)
     for i in range(9):
