@@ -19,10 +19,11 @@ def _register(id_, **kw):
 
 
 # TankDuel truncates itself at max_ticks (a kwarg), so no TimeLimit.  Its registered default
-# is the easiest duel, against sitting_duck, so `sacbot run` shows learning out of the box;
-# other opponents and schedules come through kwargs (--env-kwargs).
+# is the easiest duel, against sitting_duck, with the gun aimed relative to the last-seen
+# bearing (gun_control="aim"), so `sacbot run` shows learning out of the box; other opponents,
+# schedules and the raw gun turn come through kwargs (--env-kwargs).
 _register("sacbot/TankDuel-v0", entry_point="envs.tank_duel:TankDuel",
-          kwargs={"opponents": ("sitting_duck",), "schedule": "fixed"})
+          kwargs={"opponents": ("sitting_duck",), "schedule": "fixed", "gun_control": "aim"})
 _register("sacbot/CueMemory-v0", entry_point="envs.memory:CueMemory", max_episode_steps=50)
 _register("sacbot/Pendulum-P-v0", entry_point="envs.pomdp:pendulum_p", max_episode_steps=200)
 _register("sacbot/Pendulum-V-v0", entry_point="envs.pomdp:pendulum_v", max_episode_steps=200)

@@ -95,10 +95,33 @@ class Agent:
     def _expect(self) -> dict:
         return {"obs_dim": self.obs_dim, "act_dim": self.act_dim, "hidden": self.cfg.hidden}
 
+    def _pretrained(self):
+        """A fresh clone has no checkpoint of its own: eval then plays the bot shipped in
+        weights/pretrained/ for this env, saying so."""
+        d = os.path.join(self.cfg.weights_path, "pretrained")
+        for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+            path = os.path.join(d, name)
+            if not name.endswith(".zip"):
+                continue
+            try:
+                c = ck.read_checkpoint(path, entries=("actor",))
+                if c["manifest"].get("config", {}).get("env") != self.cfg.env:
+                    continue
+                ck.check_shapes(c, self._expect(), path)
+            except ck.CheckpointError as e:
+                self.log(f"sacbot: pretrained bot {path} is not usable: {e}")
+                continue
+            self.log(f"sacbot: no checkpoint of your own in {self.cfg.weights_path!r}; evaluating the "
+                     f"pretrained bot {path} (provenance in {d}/README.md)")
+            return c, path
+        return None
+
     def _start_eval(self) -> None:
         # Actor-only load: eval reads the deployable actor export and the manifest, nothing else.
         found = ck.load_latest(self.cfg.weights_path, self._expect(), entries=("actor",),
                                log=self.log, set_aside_bad=False)
+        if found is None and self.cfg.weights_path == Config.weights_path:
+            found = self._pretrained()
         if found is None:
             raise AgentError(f"no valid checkpoint in {self.cfg.weights_path!r} to evaluate; "
                              "train first with `sacbot run` or pass --weights-path")

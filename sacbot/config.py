@@ -37,7 +37,7 @@ class Config:
     # --- environment and run -------------------------------------------------------
     # Pendulum-v1 stays the default until sacbot learns TankDuel within a quick-start budget:
     # 14k lockstep steps against sitting_duck left returns flat (docs/status.md, issue 5).
-    env: str = _f("Pendulum-v1", "Gymnasium env id to play (Box action space), e.g. sacbot/TankDuel-v0.")
+    env: str = _f("sacbot/TankDuel-v0", "Gymnasium env id to play (Box action space), e.g. Pendulum-v1.")
     env_kwargs: str = _f("", 'JSON object of keyword arguments for the env, e.g. '
                              '\'{"opponents": ["spinner", "walker"], "schedule": "cycle"}\'.')
     seed: int = _f(0, "Seed for the env, replay sampling, network init and action noise.", min=0)
@@ -70,8 +70,10 @@ class Config:
     tau: float = _f(0.005, "Polyak rate of the target critic.", min=0.0, max=1.0, group="learner")
     lr: float = _f(3e-4, "Adam learning rate of actor, critic and temperature.", min=0.0,
                    group="learner")
-    init_alpha: float = _f(1.0, "Initial entropy temperature; lower it when rewards are small next to the "
-                                "entropy bonus (SB3's ent_coef='auto_0.1').", min=1e-8, group="learner")
+    init_alpha: float = _f(0.02, "Initial entropy temperature (learned from there). 0.02 suits TankDuel, "
+                                 "whose rewards are small next to the entropy bonus; dense-reward envs such "
+                                 "as Pendulum-v1 explore better from 1.0 (SB3's default).", min=1e-8,
+                           group="learner")
     memoryless: bool = _f(False, "Control experiment: reset the recurrent state (and previous action) "
                                  "every step, in acting and in training (sequences of 1).", group="learner")
     quant: str = _f("on", "Quantization-aware actor (on) or plain fp32 (off).",

@@ -207,7 +207,9 @@ def test_aim_mode_slews_the_gun_to_the_last_seen_bearing_plus_offset():
         env.step([0, 0, 0.0, 0])
     assert abs(env.me.gun - math.pi / 2) < 1e-9
     for _ in range(3):
-        env.step([0, 0, 0.5, 0])  # +15 degrees of lead
-    assert abs(env.me.gun - (math.pi / 2 + math.radians(15))) < 1e-9
+        env.step([0, 0, 0.5, 0])  # 0.5 * 0.5 * 30: +7.5 degrees of lead
+    assert abs(env.me.gun - (math.pi / 2 + math.radians(7.5))) < 1e-9
+    env.step([0, 0, -1.0, 0])  # the full -30 degrees, 37.5 from here: 20 this tick
+    assert abs(env.me.gun - (math.pi / 2 + math.radians(7.5 - 20))) < 1e-9
     with pytest.raises(ValueError, match="gun_control"):
         TankDuel(gun_control="auto")

@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from sacbot import policy
 from sacbot.agent import Agent
 from sacbot.channels import Channel, SaveSlot
 from sacbot.config import Config
@@ -269,6 +270,31 @@ def test_episode_outcomes_from_info_give_win_rates(tmp_path):
     assert [r.get("won") for r in recs] == [True, False, True, None]
     per = summary(agent)["per_opponent"]
     assert per["duck"]["win_rate"] == pytest.approx(2 / 3) and "win_rate" not in per["other"]
+
+
+def test_eval_in_a_fresh_clone_plays_the_pretrained_bot_of_its_env(tmp_path, monkeypatch):
+    from sacbot import checkpoint as ck
+    from sacbot.agent import AgentError
+    cfg = small_cfg(tmp_path, env="some/Env-v0")
+    st = TrainingState.fresh(cfg, 3, 1)
+    ck.write_checkpoint(str(tmp_path / "shipped"), st.payload(False), config=cfg.to_dict(),
+                        spaces={"obs_dim": 3, "act_dim": 1})
+    os.makedirs(tmp_path / "clone" / "weights" / "pretrained")
+    os.replace(tmp_path / "shipped" / ck.LATEST, tmp_path / "clone" / "weights" / "pretrained" / "bot.zip")
+    monkeypatch.chdir(tmp_path / "clone")
+    logs = []
+    ecfg = dataclasses.replace(cfg, weights_path="weights", eval_mode=True)
+    agent = Agent(ecfg, OBS_SPACE, ACT_SPACE, log=logs.append)
+    assert agent.loaded_from == os.path.join("weights", "pretrained", "bot.zip")
+    assert any("pretrained bot" in m for m in logs)
+    agent.new_episode()
+    want, _ = policy.act(agent.params, np.zeros(3, np.float32), agent.pstate, None)
+    assert np.allclose(agent.act(np.zeros(3)), want * 2.0)  # the shipped actor, scaled to [-2, 2]
+    agent.close()
+    with pytest.raises(AgentError, match="no valid checkpoint"):  # another env: not this bot
+        Agent(dataclasses.replace(ecfg, env="other/Env-v0"), OBS_SPACE, ACT_SPACE, log=logs.append)
+    with pytest.raises(AgentError, match="no valid checkpoint"):  # an explicit path: no fallback
+        Agent(dataclasses.replace(ecfg, weights_path="elsewhere"), OBS_SPACE, ACT_SPACE, log=logs.append)
 
 
 def test_bad_observation_from_the_game_names_the_problem(tmp_path):

@@ -50,7 +50,8 @@ def sacbot_curve(a, seed: int) -> list[tuple[int, float]]:
 
     d = tempfile.mkdtemp(prefix=f"sacbot-learn-{seed}-")
     cmd = [sys.executable, "-m", "sacbot", "run", "--env", a.env, "--pace", "lockstep", "--steps", str(a.steps),
-           "--seed", str(seed), "--save-interval", str(a.eval_every), "--keep-last", "1000",
+           "--seed", str(seed), "--init-alpha", str(a.init_alpha), "--save-interval", str(a.eval_every),
+           "--keep-last", "1000",
            "--no-save-replay", "--quiet", "--run-dir", os.path.join(d, "run"), "--weights-path", os.path.join(d, "w")]
     subprocess.run(cmd, check=True, capture_output=True)
     curve = []
@@ -99,6 +100,9 @@ def sb3_curve(a, seed: int, marks: list[int]) -> list[tuple[int, float]] | None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", default="Pendulum-v1")
+    p.add_argument("--init-alpha", type=float, default=1.0,
+                   help="sacbot's initial temperature; 1.0 as SB3's default (sacbot's own default, 0.02, "
+                        "is tuned for TankDuel)")
     p.add_argument("--steps", type=int, default=15000)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--eval-every", type=int, default=2000, help="gradient steps between evaluated checkpoints")
