@@ -86,6 +86,10 @@ def cmd_run(args, eval_mode: bool) -> int:
         return 0
     err = agent.learner_error
     last = report.get("last_save")
+    if report.get("mean_return_last20") is not None:
+        won = report.get("win_rate_last20")
+        print(f"sacbot: last {min(agent.episodes, 20)} episodes: mean return {report['mean_return_last20']:.2f}"
+              + (f", won {won:.0%}" if won is not None else ""), file=sys.stderr)
     print(f"sacbot: {report['env_steps']} env steps, {report.get('learner_steps', 0)} gradient steps, "
           f"{agent.episodes} episodes; final checkpoint: {last['path'] if last else 'none'}",
           file=sys.stderr)

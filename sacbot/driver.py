@@ -82,6 +82,7 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None) -> d
     env = make_env(cfg.env, kwargs=cfg.env_kwargs_dict())
     agent = Agent(cfg, env.observation_space, env.action_space, log=agent_log)
     returns: deque[float] = deque(maxlen=20)
+    wins: deque[bool] = deque(maxlen=20)  # episodes whose env reports info["won"]
     progress = Progress(not cfg.quiet, cfg.steps or None)
     period = 1.0 / cfg.tps
     misses = ticks = 0
@@ -118,13 +119,16 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None) -> d
                 st = agent.trainer.steps_per_s if agent.trainer else 0.0
                 drops = agent.channel.drops["transition"] if agent.trainer else 0
                 avg = f"{np.mean(returns):8.1f}" if returns else "     n/a"
-                progress.update(steps, f"steps {steps}  ret(avg20) {avg}  grad/s {st:6.1f}  "
+                won = f"  won(last20) {np.mean(wins):4.0%}" if wins else ""
+                progress.update(steps, f"steps {steps}  ret(avg20) {avg}{won}  grad/s {st:6.1f}  "
                                        f"v{agent.policy_version}  drops {drops}")
                 if cfg.steps and steps >= cfg.steps:
                     limit_reached = True
                     stop.set()
             if done:
                 returns.append(ep_ret)
+                if isinstance(info.get("won"), bool):
+                    wins.append(info["won"])
             if cfg.episodes and agent.episodes >= cfg.episodes:
                 break
             if cfg.episodes_per_opponent and _each_opponent_done(env, agent, cfg.episodes_per_opponent):
@@ -134,7 +138,8 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None) -> d
         env.close()
         final = agent.close()
     final.update(env_steps=steps, deadline_misses=misses, ticks=ticks,
-                 mean_return_last20=float(np.mean(returns)) if returns else None)
+                 mean_return_last20=float(np.mean(returns)) if returns else None,
+                 win_rate_last20=float(np.mean(wins)) if wins else None)
     final["agent"] = agent
     return final
 
