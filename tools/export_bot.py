@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Copy a checkpoint without its replay buffer: a small file to ship or share.
+
+The copy keeps the model, optimizer, counters, RNG states and actor export, so it evaluates
+(``sacbot eval``), inspects and can be trained on (with an empty replay).  It is written with the
+same atomic write and verified by reading it back.
+
+    python tools/export_bot.py runs/td/w/sac_step_40000.zip weights/pretrained/tankduel_sitting_duck.zip
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from sacbot import checkpoint as ck  # noqa: E402
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("src")
+    p.add_argument("dst")
+    a = p.parse_args()
+    try:
+        c = ck.read_checkpoint(a.src)
+    except ck.CheckpointError as e:
+        print(f"export_bot: {e}", file=sys.stderr)
+        return 1
+    arrays = {k: v for k, v in c["arrays"].items() if not k.startswith("replay.")}
+    meta = {k: v for k, v in c["meta"].items() if k != "replay"}
+    m = c["manifest"]
+    with tempfile.TemporaryDirectory() as d:
+        r = ck.write_checkpoint(d, {"arrays": arrays, "meta": meta}, keep_last=0,
+                                config=m.get("config"), spaces=m.get("spaces"))
+        os.makedirs(os.path.dirname(os.path.abspath(a.dst)), exist_ok=True)
+        shutil.copyfile(os.path.join(d, ck.LATEST), a.dst + ".part")
+    os.replace(a.dst + ".part", a.dst)
+    ck.read_checkpoint(a.dst)  # verify what was written
+    print(f"{a.dst}: {r.bytes:,} bytes, step {r.step}, env steps {m.get('env_steps')} (from {a.src})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
