@@ -363,3 +363,27 @@ def test_fuzz_mutated_valid_files_only_raise_checkpoint_error(tmp_path, edits, c
         ck.read_checkpoint(str(p))
     except ck.CheckpointError:
         pass
+
+
+def test_export_bot_drops_the_replay_and_keeps_a_loadable_checkpoint(tmp_path):
+    import subprocess
+    import sys
+    st = trained_state(tmp_path)
+    ck.write_checkpoint(str(tmp_path / "w"), st.payload(True), config=st.cfg.to_dict(),
+                        spaces={"obs_dim": 3, "act_dim": 1})
+    tool = os.path.join(os.path.dirname(__file__), "..", "tools", "export_bot.py")
+    dst = tmp_path / "ship" / "bot.zip"
+    r = subprocess.run([sys.executable, tool, str(tmp_path / "w" / ck.LATEST), str(dst)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    c = ck.read_checkpoint(str(dst))
+    assert not any(n.startswith("replay") for n in c["manifest"]["entries"])
+    assert c["manifest"]["config"]["hidden"] == 8 and "replay" not in c["meta"]
+    other = TrainingState.fresh(st.cfg, 3, 1)
+    other.load_payload(c["arrays"], c["meta"])
+    a, _ = st.learner.state()
+    b, _ = other.learner.state()
+    assert all(np.array_equal(a[k], b[k]) for k in a) and len(other.replay) == 0
+    bad = subprocess.run([sys.executable, tool, str(tmp_path / "nope.zip"), str(dst)],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "nope.zip" in bad.stderr
