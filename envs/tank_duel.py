@@ -26,7 +26,7 @@ and take 0.6 each.  Each tank starts with 100 energy and dies at 0.
 Reward per tick: (damage dealt - damage taken) / 10, plus +5 for a kill and -5 for a
 death.  An episode terminates on a death and is truncated at ``max_ticks``.
 
-Observation (35 values, roughly in [-1, 1]); "last seen" fields keep their value between
+Observation (36 values, roughly in [-1, 1]); "last seen" fields keep their value between
 sightings, as a player would remember them:
 
 =====  ==========================================================================
@@ -54,6 +54,9 @@ sightings, as a player would remember them:
 31-32  sin, cos of the bearing to that position relative to the body
 33     own bullets in flight / 5
 34     (own energy - last-seen enemy energy) / 100
+35     aim error: the gun's bearing error to the last-seen position in units of the
+       target's angular radius there, atan(18 / distance), clipped to [-1.5, 1.5]: |x| < 1
+       means a shot fired now flies through where the enemy was seen (0 if never seen)
 =====  ==========================================================================
 
 Opponents are scripted with stable names (see ``OPPONENTS``) and are chosen per episode
@@ -76,7 +79,7 @@ RADAR_RATE = math.radians(30.0)
 RADAR_HALF_ARC = math.radians(20.0)
 GUN_RATE = math.radians(20.0)
 AIM_OFFSET = math.radians(30.0)
-OBS_DIM = 35
+OBS_DIM = 36
 
 
 def _wrap(a: float) -> float:
@@ -370,6 +373,9 @@ class TankDuel(gym.Env):
             me.x / 400 - 1, (W - me.x) / 400 - 1, me.y / 400 - 1, (H - me.y) / 400 - 1,
             hit_me, hit_en, wall, math.sin(rel_body), math.cos(rel_body), min(own_bullets / 5, 1.0),
             (me.energy - ee) / 100,
+            # A player sees whether the gun is on the target; in raw angle that is a bump a few
+            # degrees wide, which a critic resolves slowly, so it is given in target radii.
+            rel_gun / math.atan2(RADIUS, max(dist, RADIUS)) if self._seen is not None else 0.0,
         ], dtype=np.float32).clip(-1.5, 1.5)
 
     # --- rendering ---------------------------------------------------------------------

@@ -213,3 +213,22 @@ def test_aim_mode_slews_the_gun_to_the_last_seen_bearing_plus_offset():
     assert abs(env.me.gun - (math.pi / 2 + math.radians(7.5 - 20))) < 1e-9
     with pytest.raises(ValueError, match="gun_control"):
         TankDuel(gun_control="auto")
+
+
+def test_aim_error_is_in_target_radii_and_says_when_a_shot_would_hit():
+    env = TankDuel(opponents="sitting_duck")
+    env.reset(seed=0)
+    place(env, dict(x=200.0, y=300.0, heading=0.0, gun=math.pi / 2, radar=math.pi / 2), dict(x=500.0, y=300.0))
+    env._see()
+    radius_deg = math.degrees(math.atan2(RADIUS, 300.0))  # ~3.4 degrees at 300 units
+    env.me.gun = math.pi / 2 + math.radians(0.5 * radius_deg)  # half a radius off: a hit
+    assert env._obs()[35] == pytest.approx(-0.5, abs=1e-4)
+    env.me.gun = math.pi / 2 - math.radians(2 * radius_deg)  # two radii off: a miss, clipped
+    assert env._obs()[35] == pytest.approx(1.5)
+    env.me.gun = math.pi / 2 + math.radians(0.5 * radius_deg)
+    _, _, *_ = env.step([0, 0, 0, 1.0])  # and the half-radius shot does hit
+    dealt = 0.0
+    for _ in range(40):
+        *_, info = env.step([0, 0, 0, 0])
+        dealt += info["damage_dealt"]
+    assert dealt == pytest.approx(bullet_damage(3.0))
