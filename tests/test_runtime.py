@@ -238,6 +238,20 @@ def test_agent_trains_and_final_save_is_written(tmp_path):
     assert int(open(os.path.join(cfg.weights_path, "round_counter.txt")).read()) == 4
 
 
+def test_the_writer_reports_the_replay_chunks_it_holds_and_saves_stay_complete(tmp_path):
+    cfg = small_cfg(tmp_path, pace="lockstep", save_interval=5)
+    with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
+        play(agent, 40)
+    replay = agent.trainer.state.replay
+    # After the final save the I/O thread holds every stored chunk at its current generation.
+    assert agent.save_slot.held == {0: int(replay.chunk_gen[0])}
+    receipts = [json.loads(line) for line in open(os.path.join(cfg.weights_path, "saves.jsonl"))]
+    assert len(receipts) >= 2 and not any("error" in r for r in receipts)
+    from sacbot.checkpoint import read_checkpoint
+    ck = read_checkpoint(os.path.join(cfg.weights_path, "sac_latest.zip"))
+    assert np.array_equal(ck["arrays"]["replay.obs"], replay.obs[:40])
+
+
 def test_eval_mode_sends_nothing_and_writes_no_weights(tmp_path):
     cfg = small_cfg(tmp_path, pace="lockstep")
     with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
