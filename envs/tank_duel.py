@@ -26,7 +26,7 @@ and take 0.6 each.  Each tank starts with 100 energy and dies at 0.
 Reward per tick: (damage dealt - damage taken) / 10, plus +5 for a kill and -5 for a
 death.  An episode terminates on a death and is truncated at ``max_ticks``.
 
-Observation (36 values, roughly in [-1, 1]); "last seen" fields keep their value between
+Observation (37 values, roughly in [-1, 1]); "last seen" fields keep their value between
 sightings, as a player would remember them:
 
 =====  ==========================================================================
@@ -57,6 +57,8 @@ sightings, as a player would remember them:
 35     aim error: the gun's bearing error to the last-seen position in units of the
        target's angular radius there, atan(18 / distance), clipped to [-1.5, 1.5]: |x| < 1
        means a shot fired now flies through where the enemy was seen (0 if never seen)
+36     own bullets in flight on course for the last-seen position (passing within 18 of
+       it, ahead of the bullet) / 3, capped at 1
 =====  ==========================================================================
 
 Opponents are scripted with stable names (see ``OPPONENTS``) and are chosen per episode
@@ -79,7 +81,7 @@ RADAR_RATE = math.radians(30.0)
 RADAR_HALF_ARC = math.radians(20.0)
 GUN_RATE = math.radians(20.0)
 AIM_OFFSET = math.radians(30.0)
-OBS_DIM = 36
+OBS_DIM = 37
 
 
 def _wrap(a: float) -> float:
@@ -364,6 +366,16 @@ class TankDuel(gym.Env):
         rel_gun, rel_body = _wrap(bearing - me.gun), _wrap(bearing - me.heading)
         hit_me, hit_en, wall = self._events
         own_bullets = sum(1 for b in self.bullets if b.owner == 0)
+        # Robocode gives a bot its bullets; whether one is on course tells the critic at once
+        # what a shot is worth, instead of ~30 ticks later when it lands.
+        on_course = 0
+        if self._seen is not None:
+            for b in self.bullets:
+                if b.owner == 0:
+                    ex, ey = self._seen[0] - b.x, self._seen[1] - b.y
+                    along = ex * b.dx + ey * b.dy
+                    cross = ex * b.dy - ey * b.dx
+                    on_course += along > 0 and cross * cross <= RADIUS * RADIUS * (b.dx * b.dx + b.dy * b.dy)
         return np.array([
             me.x / (W / 2) - 1, me.y / (H / 2) - 1, math.sin(me.heading), math.cos(me.heading),
             me.v / MAX_SPEED, me.energy / 50 - 1, math.sin(me.gun), math.cos(me.gun), min(me.heat / 1.6, 1.0),
@@ -376,6 +388,7 @@ class TankDuel(gym.Env):
             # A player sees whether the gun is on the target; in raw angle that is a bump a few
             # degrees wide, which a critic resolves slowly, so it is given in target radii.
             rel_gun / math.atan2(RADIUS, max(dist, RADIUS)) if self._seen is not None else 0.0,
+            min(on_course / 3, 1.0),
         ], dtype=np.float32).clip(-1.5, 1.5)
 
     # --- rendering ---------------------------------------------------------------------

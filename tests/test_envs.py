@@ -226,9 +226,14 @@ def test_aim_error_is_in_target_radii_and_says_when_a_shot_would_hit():
     env.me.gun = math.pi / 2 - math.radians(2 * radius_deg)  # two radii off: a miss, clipped
     assert env._obs()[35] == pytest.approx(1.5)
     env.me.gun = math.pi / 2 + math.radians(0.5 * radius_deg)
-    _, _, *_ = env.step([0, 0, 0, 1.0])  # and the half-radius shot does hit
+    obs, *_ = env.step([0, 0, 0, 1.0])  # and the half-radius shot does hit
+    assert obs[36] == pytest.approx(1 / 3)  # one bullet on course
     dealt = 0.0
     for _ in range(40):
-        *_, info = env.step([0, 0, 0, 0])
+        obs, _, _, _, info = env.step([0, 0, 0, 0])
         dealt += info["damage_dealt"]
-    assert dealt == pytest.approx(bullet_damage(3.0))
+    assert dealt == pytest.approx(bullet_damage(3.0)) and obs[36] == 0.0  # landed: none in flight
+    env.me.gun = math.pi / 2 - math.radians(2 * radius_deg)
+    env.me.heat = 0.0
+    obs, *_ = env.step([0, 0, 0, 1.0])  # two radii off: in flight, not on course
+    assert obs[33] > 0 and obs[36] == 0.0
