@@ -229,14 +229,15 @@ class TankDuel(gym.Env):
 
     def step(self, action):
         a = np.asarray(action, dtype=np.float64).reshape(-1)
-        if a.shape != (4,) or not np.isfinite(a).all():
+        if a.shape != (4,) or not all(map(math.isfinite, a.tolist())):
             raise ValueError(f"TankDuel action must be 4 finite values in [-1, 1], got {action!r}")
-        a = np.clip(a, -1.0, 1.0)
+        # Plain floats from here: numpy calls on 4-element arrays cost more than the maths.
+        a0, a1, a2, a3 = (min(1.0, max(-1.0, v)) for v in a.tolist())
         me, en = self.me, self.enemy
         e_speed, e_turn, e_gun, e_fire = OPPONENTS[self.opponent](self, en, me)
         dealt = taken = 0.0
         # fire first (with the gun as it points now), then move
-        power = 0.1 + 2.9 * float(a[3]) if a[3] > 0 else 0.0
+        power = 0.1 + 2.9 * a3 if a3 > 0 else 0.0
         spent = self._fire(me, power, owner=0)
         self._fire(en, e_fire, owner=1)
         regained = 0.0
@@ -244,13 +245,12 @@ class TankDuel(gym.Env):
             # Aim mode: a2 sets an offset from the bearing to the last-seen position, squared so
             # that small actions aim finely and the ends still lead a moving target by up to
             # AIM_OFFSET; the gun slews there at GUN_RATE.
-            a2 = float(a[2])
             want = math.atan2(self._seen[0] - me.x, self._seen[1] - me.y) + a2 * abs(a2) * AIM_OFFSET
             me.gun = _wrap(me.gun + max(-GUN_RATE, min(GUN_RATE, _wrap(want - me.gun))))
         else:
-            me.gun = _wrap(me.gun + float(a[2]) * GUN_RATE)
+            me.gun = _wrap(me.gun + a2 * GUN_RATE)
         en.gun = _wrap(en.gun + max(-GUN_RATE, min(GUN_RATE, e_gun)))
-        me.drive(float(a[0]) * MAX_SPEED, float(a[1]) * math.radians(10.0))
+        me.drive(a0 * MAX_SPEED, a1 * math.radians(10.0))
         en.drive(e_speed, e_turn)
         taken += self._walls(me)
         wall_me = float(self._hit_wall)
@@ -376,7 +376,7 @@ class TankDuel(gym.Env):
                     along = ex * b.dx + ey * b.dy
                     cross = ex * b.dy - ey * b.dx
                     on_course += along > 0 and cross * cross <= RADIUS * RADIUS * (b.dx * b.dx + b.dy * b.dy)
-        return np.array([
+        obs = np.array([
             me.x / (W / 2) - 1, me.y / (H / 2) - 1, math.sin(me.heading), math.cos(me.heading),
             me.v / MAX_SPEED, me.energy / 50 - 1, math.sin(me.gun), math.cos(me.gun), min(me.heat / 1.6, 1.0),
             math.sin(me.radar), math.cos(me.radar), seen_now, dx / W, dy / H, dist / 500 - 1,
@@ -389,7 +389,9 @@ class TankDuel(gym.Env):
             # degrees wide, which a critic resolves slowly, so it is given in target radii.
             rel_gun / math.atan2(RADIUS, max(dist, RADIUS)) if self._seen is not None else 0.0,
             min(on_course / 3, 1.0),
-        ], dtype=np.float32).clip(-1.5, 1.5)
+        ], dtype=np.float32)
+        np.minimum(obs, 1.5, out=obs)
+        return np.maximum(obs, -1.5, out=obs)
 
     # --- rendering ---------------------------------------------------------------------
     def render(self):
