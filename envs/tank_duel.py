@@ -8,7 +8,7 @@ driven by a continuous 4-dim action in [-1, 1]:
  1    body turn: a1 * (10 - 0.75 |v|) degrees/tick (Robocode's speed-dependent limit)
  2    gun turn: a2 * 20 degrees/tick; with ``gun_control="aim"`` (the registered default),
       once the enemy has been seen, the gun instead slews (20 degrees/tick) to the bearing of
-      its last-seen position plus an offset of a2 * |a2| * 30 degrees: fine control near the
+      its estimated position (obs 35) plus an offset of a2 * |a2| * 30 degrees: fine control near the
       bearing (a stationary target is hit for |a2| < ~0.3 at 400 units), and up to 30 degrees
       of lead for a moving one
  3    fire: a3 <= 0 holds fire; a3 > 0 fires a bullet of power 0.1 + 2.9 * a3 when
@@ -54,11 +54,12 @@ sightings, as a player would remember them:
 31-32  sin, cos of the bearing to that position relative to the body
 33     own bullets in flight / 5
 34     (own energy - last-seen enemy energy) / 100
-35     aim error: the gun's bearing error to the last-seen position in units of the
-       target's angular radius there, atan(18 / distance), clipped to [-1.5, 1.5]: |x| < 1
-       means a shot fired now flies through where the enemy was seen (0 if never seen)
-36     own bullets in flight on course for the last-seen position (passing within 18 of
-       it, ahead of the bullet) / 3, capped at 1
+35     aim error: the gun's bearing error to the enemy's estimated position (dead reckoning:
+       the last-seen position advanced at the last-seen velocity) in units of the target's
+       angular radius there, atan(18 / distance), clipped to [-1.5, 1.5]: |x| < 1 means a
+       shot fired now flies through that position (0 if never seen)
+36     own bullets in flight on course to meet the enemy if it keeps its last-seen velocity
+       (closest approach within 18) / 3, capped at 1
 =====  ==========================================================================
 
 Opponents are scripted with stable names (see ``OPPONENTS``) and are chosen per episode
@@ -245,7 +246,8 @@ class TankDuel(gym.Env):
             # Aim mode: a2 sets an offset from the bearing to the last-seen position, squared so
             # that small actions aim finely and the ends still lead a moving target by up to
             # AIM_OFFSET; the gun slews there at GUN_RATE.
-            want = math.atan2(self._seen[0] - me.x, self._seen[1] - me.y) + a2 * abs(a2) * AIM_OFFSET
+            ex, ey = self._estimate()
+            want = math.atan2(ex - me.x, ey - me.y) + a2 * abs(a2) * AIM_OFFSET
             me.gun = _wrap(me.gun + max(-GUN_RATE, min(GUN_RATE, _wrap(want - me.gun))))
         else:
             me.gun = _wrap(me.gun + a2 * GUN_RATE)
@@ -348,6 +350,14 @@ class TankDuel(gym.Env):
             self._seen = (en.x, en.y, en.heading, en.v, en.energy)
             self._seen_tick = self.tick
 
+    def _estimate(self) -> tuple[float, float]:
+        """Dead reckoning, as a player would: the last-seen position advanced along the last-seen
+        heading at the last-seen speed for the ticks since, kept inside the walls."""
+        x, y, h, v, _ = self._seen
+        t = self.tick - self._seen_tick
+        return (min(max(x + v * t * math.sin(h), RADIUS), W - RADIUS),
+                min(max(y + v * t * math.cos(h), RADIUS), H - RADIUS))
+
     def _obs(self) -> np.ndarray:
         me = self.me
         seen_now = 1.0 if self._seen_tick == self.tick else 0.0
@@ -364,18 +374,27 @@ class TankDuel(gym.Env):
             age = min((self.tick - self._seen_tick) / 30.0, 1.0)
         bearing = math.atan2(dx, dy) if self._seen is not None else me.gun
         rel_gun, rel_body = _wrap(bearing - me.gun), _wrap(bearing - me.heading)
+        aim_err = 0.0
         hit_me, hit_en, wall = self._events
         own_bullets = sum(1 for b in self.bullets if b.owner == 0)
         # Robocode gives a bot its bullets; whether one is on course tells the critic at once
         # what a shot is worth, instead of ~30 ticks later when it lands.
+        # Both this and the aim error use the dead-reckoned position, and a bullet counts as on
+        # course if it meets a target that keeps its last-seen velocity.
         on_course = 0
         if self._seen is not None:
+            px, py = self._estimate()
+            ex, ey = px - me.x, py - me.y
+            aim_err = _wrap(math.atan2(ex, ey) - me.gun) / math.atan2(RADIUS, max(math.hypot(ex, ey), RADIUS))
+            vx, vy = self._seen[3] * math.sin(self._seen[2]), self._seen[3] * math.cos(self._seen[2])
             for b in self.bullets:
                 if b.owner == 0:
-                    ex, ey = self._seen[0] - b.x, self._seen[1] - b.y
-                    along = ex * b.dx + ey * b.dy
-                    cross = ex * b.dy - ey * b.dx
-                    on_course += along > 0 and cross * cross <= RADIUS * RADIUS * (b.dx * b.dx + b.dy * b.dy)
+                    rx, ry = px - b.x, py - b.y  # target relative to the bullet ...
+                    wx, wy = vx - b.dx, vy - b.dy  # ... and its relative velocity
+                    w2 = wx * wx + wy * wy
+                    t = max(0.0, -(rx * wx + ry * wy) / w2) if w2 > 0 else 0.0
+                    cx, cy = rx + wx * t, ry + wy * t
+                    on_course += t > 0 and cx * cx + cy * cy <= RADIUS * RADIUS
         obs = np.array([
             me.x / (W / 2) - 1, me.y / (H / 2) - 1, math.sin(me.heading), math.cos(me.heading),
             me.v / MAX_SPEED, me.energy / 50 - 1, math.sin(me.gun), math.cos(me.gun), min(me.heat / 1.6, 1.0),
@@ -387,7 +406,7 @@ class TankDuel(gym.Env):
             (me.energy - ee) / 100,
             # A player sees whether the gun is on the target; in raw angle that is a bump a few
             # degrees wide, which a critic resolves slowly, so it is given in target radii.
-            rel_gun / math.atan2(RADIUS, max(dist, RADIUS)) if self._seen is not None else 0.0,
+            aim_err,
             min(on_course / 3, 1.0),
         ], dtype=np.float32)
         np.minimum(obs, 1.5, out=obs)

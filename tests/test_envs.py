@@ -237,3 +237,23 @@ def test_aim_error_is_in_target_radii_and_says_when_a_shot_would_hit():
     env.me.heat = 0.0
     obs, *_ = env.step([0, 0, 0, 1.0])  # two radii off: in flight, not on course
     assert obs[33] > 0 and obs[36] == 0.0
+
+
+def test_moving_targets_are_dead_reckoned_and_a_led_shot_is_on_course():
+    env = TankDuel(opponents="sitting_duck")
+    env.reset(seed=0)
+    place(env, dict(x=200.0, y=300.0, heading=0.0, gun=math.pi / 2, radar=math.pi / 2),
+          dict(x=500.0, y=300.0, heading=0.0, v=6.0))  # due east of us, moving north at 6
+    env._see()
+    env.tick += 5  # five ticks later, unseen: estimated 30 units further north
+    assert env._estimate() == pytest.approx((500.0, 330.0))
+    t = 0.0
+    for _ in range(20):  # where a power-3 shot (11 units/tick, from the muzzle) meets it
+        lead = math.atan2(300.0, 30.0 + 6.0 * t)
+        t = (math.hypot(300.0, 30.0 + 6.0 * t) - RADIUS) / 11.0
+    for gun, want in ((math.pi / 2, 0.0), (lead, 1 / 3)):
+        env.bullets = []
+        env.me.gun = gun
+        env._fire(env.me, 3.0, owner=0)
+        env.me.heat = 0.0
+        assert env._obs()[36] == pytest.approx(want), gun  # head-on misses a mover; the lead meets it
