@@ -75,7 +75,8 @@ class Config:
                                  "as Pendulum-v1 explore better from 1.0 (SB3's default).", min=1e-8,
                            group="learner")
     memoryless: bool = _f(False, "Control experiment: reset the recurrent state (and previous action) "
-                                 "every step, in acting and in training (sequences of 1).", group="learner")
+                                 "every step, in acting and in training (batch_size * seq_len sequences of 1).",
+                           group="learner")
     quant: str = _f("on", "Quantization-aware actor (on) or plain fp32 (off).",
                     choices=("on", "off"), group="learner")
     quant_bits: int = _f(8, "Bits of the quantized actor's weights and inputs.", min=3, max=8,

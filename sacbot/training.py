@@ -115,8 +115,8 @@ def steps_owed(state: TrainingState) -> int:
 
 def ready_to_learn(state: TrainingState) -> bool:
     cfg = state.cfg
-    return len(state.replay) >= max(cfg.learning_starts, 1) and state.replay.can_sample(
-        cfg.batch_size, cfg.seq_len)
+    batch, seq = (cfg.batch_size * cfg.seq_len, 1) if cfg.memoryless else (cfg.batch_size, cfg.seq_len)
+    return len(state.replay) >= max(cfg.learning_starts, 1) and state.replay.can_sample(batch, seq)
 
 
 def train_pass(state: TrainingState, offer_save: Callable[[TrainingState], bool] | None = None,
@@ -136,8 +136,10 @@ def train_pass(state: TrainingState, offer_save: Callable[[TrainingState], bool]
             state.utd_carry += n - i
             break
         done += 1
-        if cfg.memoryless:  # the control: each step alone, from a zero state and no previous action
-            batch = state.replay.sample(cfg.batch_size, 1, state.rng)
+        if cfg.memoryless:
+            # The control: each step alone, from a zero state and no previous action; as many
+            # transitions per update as the recurrent learner sees (batch_size * seq_len).
+            batch = state.replay.sample(cfg.batch_size * cfg.seq_len, 1, state.rng)
             batch = batch._replace(prev_act0=np.zeros_like(batch.prev_act0))
         else:
             batch = state.replay.sample(cfg.batch_size, cfg.seq_len, state.rng, cfg.burn_in)

@@ -157,10 +157,12 @@ def test_memoryless_control_trains_on_single_steps_and_acts_without_state(tmp_pa
     seen = []
     real = st.learner.update
     st.learner.update = lambda b: seen.append(b) or real(b)
-    for i in range(6):
+    for i in range(10):
         handle_message(st, make_transition([i, 0, 0], [0.5], 1.0, [i + 1, 0, 0], False, False, obs_dim=3, act_dim=1))
     train_pass(st)
-    assert {b.act.shape[1] for b in seen} == ({1} if memoryless else {4})  # (B, T, A)
+    assert len(seen) == 10
+    # (B, T, A): the same number of transitions per update, as B windows of 4 or 4B single steps
+    assert {b.act.shape[:2] for b in seen} == ({(8, 1)} if memoryless else {(2, 4)})
     if memoryless:
         assert all(not b.prev_act0.any() for b in seen)
     from sacbot import checkpoint as ck
