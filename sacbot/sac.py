@@ -154,18 +154,30 @@ class SACLSTMLearner:
         prev_act = torch.cat([prev_act0.unsqueeze(0), act], 0)  # (T+1, B, A)
         n = mask.sum().clamp(min=1.0)
         alpha = self.log_alpha.exp().detach()
+        # The recurrent nets read (obs, prev_act) as sequences.  The memoryless control reads
+        # every step as a sequence of its own, from a zero state and no previous action, exactly
+        # as it acts; its next-step actions and values must not see the step before either.
+        T1, B = obs.shape[:2]
+        if cfg.memoryless:
+            seq_obs, seq_prev = obs.reshape(1, T1 * B, -1), torch.zeros_like(prev_act).reshape(1, T1 * B, -1)
+        else:
+            seq_obs, seq_prev = obs, prev_act
+
+        def steps(x: torch.Tensor) -> torch.Tensor:  # back to (T+1, B, .)
+            return x.reshape(T1, B, x.shape[-1])
 
         # Actor over the whole window: its actions at t serve the actor loss, at t+1
         # the critic target.  Noise comes from the learner's own generator.
-        mu, log_std, _ = self.actor(obs, prev_act)
+        mu, log_std, _ = self.actor(seq_obs, seq_prev)
+        mu, log_std = steps(mu), steps(log_std)
         eps = torch.randn(mu.shape, generator=self.gen, device=self.device)
         u = mu + log_std.exp() * eps
         a_pi, logp = torch.tanh(u), tanh_log_prob(u, mu, log_std)
 
         # Critic: the recurrent core runs once; its output feeds both losses.
-        h = self.critic.core(obs, prev_act)
+        h = steps(self.critic.core(seq_obs, seq_prev))
         with torch.no_grad():
-            h_targ = self.target.core(obs, prev_act)
+            h_targ = steps(self.target.core(seq_obs, seq_prev))
             hw_targ = self.target.head_input(h_targ[1:])
             q_next = self.target.heads(hw_targ, a_pi[1:].detach()).min(0).values
             v_next = q_next - alpha * logp[1:]

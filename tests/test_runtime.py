@@ -165,6 +165,16 @@ def test_memoryless_control_trains_on_single_steps_and_acts_without_state(tmp_pa
     assert {b.act.shape[:2] for b in seen} == ({(8, 1)} if memoryless else {(2, 4)})
     if memoryless:
         assert all(not b.prev_act0.any() for b in seen)
+    # The nets see what acting sees: in the control, one-step sequences with no previous action,
+    # for the next step too (its actions feed the critic target).
+    calls = []
+    real_actor = st.learner.actor.forward
+    st.learner.actor.forward = lambda obs, prev, hc=None: calls.append((obs.shape, prev.abs().sum())) or \
+        real_actor(obs, prev, hc)
+    handle_message(st, make_transition([9, 0, 0], [0.5], 1.0, [10, 0, 0], False, False, obs_dim=3, act_dim=1))
+    train_pass(st)
+    (shape, prev_sum), = calls
+    assert (tuple(shape[:2]), float(prev_sum) == 0.0) == (((1, 16), True) if memoryless else ((5, 2), False))
     from sacbot import checkpoint as ck
     cfg = small_cfg(tmp_path, memoryless=memoryless, eval_mode=True)
     ck.write_checkpoint(cfg.weights_path, st.payload(False), config=cfg.to_dict(), spaces={"obs_dim": 3, "act_dim": 1})
