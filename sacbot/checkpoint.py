@@ -42,10 +42,13 @@ import io
 import json
 import os
 import re
+import shutil
 import sys
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 import zstandard
@@ -61,7 +64,7 @@ CHUNK_RE = re.compile(r"^replay-(\d{3})\.msgpack\.zst$")
 TMP_PREFIX = ".sacbot-tmp-"
 MAX_ENTRY_BYTES = 2 << 30  # absolute cap on any decompressed entry (2 GiB)
 MAX_MANIFEST_BYTES = 1 << 20
-MAX_ENTRIES = 32
+MAX_ENTRIES = 80  # the fixed entries + up to 64 replay chunks
 ZSTD_LEVEL = 3  # measured in BENCHMARKS.md: level 3 is ~as small as 9 on weights, far faster
 
 ENTRY_OF_PREFIX = (("actor.", "model"), ("critic.", "model"), ("target.", "model"),
@@ -131,12 +134,17 @@ def _fsync_dir(path: str) -> None:
 
 
 def atomic_write_bytes(path: str, data: bytes) -> None:
-    """temp file in the same directory, flush, fsync, os.replace, fsync the directory."""
+    atomic_write(path, lambda fh: fh.write(data))
+
+
+def atomic_write(path: str, write: Callable[[BinaryIO], object]) -> None:
+    """``write(fh)`` into a temp file in the same directory, flush, fsync, os.replace, fsync
+    the directory: a crash leaves the old file or the new one, never a mix."""
     d = os.path.dirname(os.path.abspath(path))
     tmp = os.path.join(d, f"{TMP_PREFIX}{os.getpid()}-{os.path.basename(path)}")
     try:
         with open(tmp, "wb") as fh:
-            fh.write(data)
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -178,6 +186,15 @@ class ReplayChunkCache:
 
 def build_zip(payload: dict, config: dict | None = None, spaces: dict | None = None,
               cache: ReplayChunkCache | None = None) -> tuple[bytes, dict]:
+    """The checkpoint file's bytes and its manifest (write_checkpoint streams the same bytes)."""
+    entries, manifest = _encode(payload, config, spaces, cache)
+    buf = io.BytesIO()
+    _write_zip(buf, entries, manifest)
+    return buf.getvalue(), manifest
+
+
+def _encode(payload: dict, config: dict | None, spaces: dict | None,
+            cache: ReplayChunkCache | None) -> tuple[dict[str, tuple[bytes, str]], dict]:
     meta = payload["meta"]
     parts = split_payload(payload["arrays"])
     entries: dict[str, tuple[bytes, str]] = {}
@@ -207,12 +224,27 @@ def build_zip(payload: dict, config: dict | None = None, spaces: dict | None = N
         "entries": {n: {"sha256": sha, "size": len(b), "raw_size": _content_size(b)}
                     for n, (b, sha) in entries.items()},
     }
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
+    return entries, manifest
+
+
+def _write_zip(fh: BinaryIO, entries: dict[str, tuple[bytes, str]], manifest: dict) -> None:
+    with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_STORED) as zf:
         zf.writestr(_zinfo("manifest.json"), json.dumps(manifest, indent=1, sort_keys=True))
         for n, (b, _) in entries.items():
             zf.writestr(_zinfo(n), b)
-    return buf.getvalue(), manifest
+
+
+def _copy_into(src: str, fh: BinaryIO) -> None:
+    with open(src, "rb") as s:
+        shutil.copyfileobj(s, fh, 1 << 20)
+
+
+def _file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)  # hashlib and file reads release the GIL on blocks this big
+    return h.hexdigest()
 
 
 def _zinfo(name: str) -> zipfile.ZipInfo:
@@ -231,13 +263,16 @@ def write_checkpoint(directory: str, payload: dict, keep_last: int = 5, config: 
     ``cache`` supplies replay chunks the payload leaves out (see ``ReplayChunkCache``)."""
     t0 = time.perf_counter()
     os.makedirs(directory, exist_ok=True)
-    data, manifest = build_zip(payload, config, spaces, cache)
+    entries, manifest = _encode(payload, config, spaces, cache)
     step = manifest["step"]
     step_path = os.path.join(directory, f"sac_step_{step}.zip")
-    atomic_write_bytes(step_path, data)
-    atomic_write_bytes(os.path.join(directory, LATEST), data)
+    # Streamed to disk rather than assembled in memory: on the I/O thread, big in-memory copies
+    # hold the GIL and stall the training thread; file writes and reads release it.
+    atomic_write(step_path, lambda fh: _write_zip(fh, entries, manifest))
+    size, sha = os.path.getsize(step_path), _file_sha256(step_path)
+    atomic_write(os.path.join(directory, LATEST), lambda fh: _copy_into(step_path, fh))
     rotate(directory, keep_last)
-    return Receipt(path=step_path, step=step, bytes=len(data), sha256=hashlib.sha256(data).hexdigest(),
+    return Receipt(path=step_path, step=step, bytes=size, sha256=sha,
                    write_ms=(time.perf_counter() - t0) * 1e3,
                    entry_bytes={n: e["size"] for n, e in manifest["entries"].items()})
 

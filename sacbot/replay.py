@@ -24,8 +24,8 @@ import numpy as np
 _ARRAYS = ("obs", "next_obs", "act", "rew", "terminated", "truncated", "episode")
 # Checkpoints store the buffer in row chunks, each with a generation that every write bumps,
 # so a periodic save re-encodes only the chunks written since the last one (docs/operations.md).
-CHUNK_MIN_ROWS = 8192
-MAX_CHUNKS = 16
+CHUNK_MIN_ROWS = 2048
+MAX_CHUNKS = 64
 
 
 class SequenceBatch(NamedTuple):

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from sacbot import checkpoint as ck
 from sacbot.config import Config
 from sacbot.messages import make_transition, pack
+from sacbot.replay import CHUNK_MIN_ROWS as C  # rows per replay chunk at the capacities used here
 from sacbot.training import TrainingState, handle_message, train_pass
 
 
@@ -173,12 +174,12 @@ def big_replay_state(n: int, capacity: int = 40_000):
 
 
 def test_periodic_saves_reencode_only_the_replay_chunks_written_since(tmp_path):
-    st = big_replay_state(20_000)  # chunks of 8,192 rows: 3 chunks
+    st = big_replay_state(2 * C + 1000)  # 3 chunks
     cache = ck.ReplayChunkCache()
     first = st.payload(True, since=cache.held())
     assert [c["index"] for c in first["replay_chunks"]] == [0, 1, 2]
     ck.write_checkpoint(str(tmp_path / "a"), first, cache=cache)
-    for _ in range(5):  # rows 20,000-20,004: chunk 2 only
+    for _ in range(5):  # 5 more rows: chunk 2 only
         st.replay.add(np.ones(3), [0.1], 2.0, np.ones(3), False, False)
     second = st.payload(True, since=cache.held())
     assert [c["index"] for c in second["replay_chunks"]] == [2]
@@ -194,11 +195,11 @@ def test_periodic_saves_reencode_only_the_replay_chunks_written_since(tmp_path):
     other.load_payload(inc["arrays"], inc["meta"])
     for k in ("obs", "next_obs", "act", "rew", "terminated", "truncated", "episode"):
         assert np.array_equal(getattr(other.replay, k), getattr(st.replay, k)), k
-    assert (other.replay.head, len(other.replay)) == (st.replay.head, len(st.replay)) == (20_005, 20_005)
+    assert (other.replay.head, len(other.replay)) == (st.replay.head, len(st.replay)) == (2 * C + 1005,) * 2
 
 
 def test_a_chunk_the_writer_does_not_hold_fails_the_save_and_is_sent_next_time(tmp_path):
-    st = big_replay_state(9_000)  # 2 chunks
+    st = big_replay_state(C + 500)  # 2 chunks
     cache = ck.ReplayChunkCache()
     lying = st.payload(True, since={0: int(st.replay.chunk_gen[0])})  # claims chunk 0 is held
     with pytest.raises(ck.CheckpointError, match="replay chunk 0"):
@@ -207,11 +208,11 @@ def test_a_chunk_the_writer_does_not_hold_fails_the_save_and_is_sent_next_time(t
     retry = st.payload(True, since=cache.held())
     assert [c["index"] for c in retry["replay_chunks"]] == [0]  # chunk 1 was encoded and is held
     ck.write_checkpoint(str(tmp_path), retry, cache=cache)
-    assert len(ck.read_checkpoint(str(tmp_path / ck.LATEST))["arrays"]["replay.obs"]) == 9_000
+    assert len(ck.read_checkpoint(str(tmp_path / ck.LATEST))["arrays"]["replay.obs"]) == C + 500
 
 
 def test_a_cleared_buffer_drops_its_old_chunks(tmp_path):
-    st = big_replay_state(20_000)
+    st = big_replay_state(2 * C + 1000)
     cache = ck.ReplayChunkCache()
     ck.write_checkpoint(str(tmp_path), st.payload(True, since=cache.held()), cache=cache)
     st.replay.clear()
@@ -225,7 +226,7 @@ def test_a_cleared_buffer_drops_its_old_chunks(tmp_path):
 
 
 def test_replay_chunks_out_of_order_are_refused(tmp_path):
-    st = big_replay_state(20_000)
+    st = big_replay_state(2 * C + 1000)
     ck.write_checkpoint(str(tmp_path), st.payload(True))
     src = str(tmp_path / ck.LATEST)
 

@@ -414,15 +414,15 @@ def test_full_disk_is_counted_and_the_next_save_succeeds(tmp_path, monkeypatch):
 
     from sacbot import checkpoint as ck
 
-    real, calls = ck.atomic_write_bytes, []
+    real, calls = ck.atomic_write, []
 
-    def full_disk_once(path, data):
+    def full_disk_once(path, write):
         calls.append(path)
         if len(calls) == 1:
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real(path, data)
+        return real(path, write)
 
-    monkeypatch.setattr(ck, "atomic_write_bytes", full_disk_once)
+    monkeypatch.setattr(ck, "atomic_write", full_disk_once)
     cfg = small_cfg(tmp_path, pace="lockstep", save_interval=3)
     agent = Agent(cfg, OBS_SPACE, ACT_SPACE)
     _play_until_saves(agent, 2)
