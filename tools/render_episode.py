@@ -10,6 +10,7 @@ Needs Pillow (the ``plot`` extra: pip install -e '.[plot]').
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 import numpy as np
@@ -32,24 +33,35 @@ def main() -> int:
         print("render_episode: Pillow is not installed; install the plot extra: pip install -e '.[plot]'",
               file=sys.stderr)
         return 2
-    from envs.tank_duel import TankDuel
-    from sacbot import policy
-    from sacbot.checkpoint import CheckpointError, load_actor
+    import gymnasium as gym
 
-    env = TankDuel(opponents=a.opponent, schedule="fixed", max_ticks=a.max_ticks, render_mode="rgb_array")
-    obs, _ = env.reset(seed=a.seed)
-    rng = np.random.default_rng(a.seed)
+    import envs  # noqa: F401 - registers TankDuel
+    from sacbot import policy
+    from sacbot.checkpoint import CheckpointError, load_actor, read_checkpoint
+
+    # The duel the bot trained in (its env kwargs, e.g. gun_control), against --opponent.
+    kwargs: dict = {}
     params = st = None
+    memoryless = False
     if a.weights:
         try:
             params = policy.build_params(load_actor(a.weights))
-        except (CheckpointError, OSError) as e:
+            cfg = read_checkpoint(a.weights, entries=("actor",))["manifest"].get("config", {})
+            kwargs = json.loads(cfg.get("env_kwargs") or "{}")
+        except (CheckpointError, OSError, ValueError) as e:
             print(f"render_episode: cannot load {a.weights}: {e}", file=sys.stderr)
             return 1
+        memoryless = bool(cfg.get("memoryless"))
         st = policy.initial_state(params)
+    kwargs.update(opponents=[a.opponent], schedule="fixed", max_ticks=a.max_ticks)
+    env = gym.make("sacbot/TankDuel-v0", render_mode="rgb_array", **kwargs)
+    obs, _ = env.reset(seed=a.seed)
+    rng = np.random.default_rng(a.seed)
     frames, ret, done, t = [], 0.0, False, 0
     while not done:
         if params is not None:
+            if memoryless:
+                st = policy.initial_state(params)
             action, st = policy.act(params, obs, st)
         else:
             action = rng.uniform(-1, 1, 4).astype(np.float32)
