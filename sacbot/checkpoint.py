@@ -455,13 +455,29 @@ def set_aside(path: str) -> str:
 
 
 def candidates(directory: str) -> list[str]:
-    """Files to try, newest first: sac_latest.zip, then step files by step."""
-    out = []
+    """Files to try, newest first: sac_latest.zip, then step files by step; but step files newer
+    than sac_latest.zip go before it (a crash between writing the step file and copying it to
+    sac_latest.zip leaves the latter one save behind)."""
+    steps = [(n, p) for n, p in reversed(step_files(directory))]
     latest = os.path.join(directory, LATEST)
-    if os.path.exists(latest):
-        out.append(latest)
-    out += [p for _, p in reversed(step_files(directory))]
-    return out
+    if not os.path.exists(latest):
+        return [p for _, p in steps]
+    at = _manifest_step(latest)
+    return [p for n, p in steps if at is not None and n > at] + [latest] + \
+        [p for n, p in steps if at is None or n <= at]
+
+
+def _manifest_step(path: str) -> int | None:
+    """The step in a checkpoint's manifest, or None if it cannot be read (the full check comes later)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            info = zf.getinfo("manifest.json")
+            if info.file_size > MAX_MANIFEST_BYTES:
+                return None
+            step = json.loads(zf.read(info)).get("step")
+        return int(step) if isinstance(step, int) else None
+    except (OSError, zipfile.BadZipFile, KeyError, ValueError, AttributeError, EOFError):
+        return None
 
 
 def load_latest(directory: str, expect: dict | None = None, entries: tuple[str, ...] | None = None,

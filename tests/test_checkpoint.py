@@ -388,3 +388,19 @@ def test_export_bot_drops_the_replay_and_keeps_a_loadable_checkpoint(tmp_path):
     bad = subprocess.run([sys.executable, tool, str(tmp_path / "nope.zip"), str(dst)],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and "nope.zip" in bad.stderr
+
+
+def test_a_step_file_newer_than_sac_latest_loads_first(tmp_path):
+    # A crash between writing sac_step_<N>.zip and copying it to sac_latest.zip leaves the latter
+    # one save behind; the newer step file must win.
+    st = trained_state(tmp_path, n=6)
+    ck.write_checkpoint(str(tmp_path), st.payload(True), keep_last=5)
+    old_latest = (tmp_path / ck.LATEST).read_bytes()
+    for i in range(4):
+        handle_message(st, tr(100 + i))
+        train_pass(st)
+    ck.write_checkpoint(str(tmp_path), st.payload(True), keep_last=5)
+    (tmp_path / ck.LATEST).write_bytes(old_latest)  # as if the copy never happened
+    loaded, path = ck.load_latest(str(tmp_path), log=lambda m: None)
+    assert path.endswith(f"sac_step_{st.grad_steps}.zip") and loaded["meta"]["grad_steps"] == st.grad_steps
+    assert ck.candidates(str(tmp_path))[1].endswith(ck.LATEST)
