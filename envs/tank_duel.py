@@ -243,9 +243,9 @@ class TankDuel(gym.Env):
         self._fire(en, e_fire, owner=1)
         regained = 0.0
         if self.gun_control == "aim" and self._seen is not None:
-            # Aim mode: a2 sets an offset from the bearing to the last-seen position, squared so
-            # that small actions aim finely and the ends still lead a moving target by up to
-            # AIM_OFFSET; the gun slews there at GUN_RATE.
+            # Aim mode: a2 sets an offset from the bearing to the enemy's estimated position,
+            # squared so that small actions aim finely and the ends still lead a moving target
+            # by up to AIM_OFFSET; the gun slews there at GUN_RATE.
             ex, ey = self._estimate()
             want = math.atan2(ex - me.x, ey - me.y) + a2 * abs(a2) * AIM_OFFSET
             me.gun = _wrap(me.gun + max(-GUN_RATE, min(GUN_RATE, _wrap(want - me.gun))))
@@ -374,18 +374,17 @@ class TankDuel(gym.Env):
             age = min((self.tick - self._seen_tick) / 30.0, 1.0)
         bearing = math.atan2(dx, dy) if self._seen is not None else me.gun
         rel_gun, rel_body = _wrap(bearing - me.gun), _wrap(bearing - me.heading)
-        aim_err = 0.0
         hit_me, hit_en, wall = self._events
         own_bullets = sum(1 for b in self.bullets if b.owner == 0)
         # Robocode gives a bot its bullets; whether one is on course tells the critic at once
         # what a shot is worth, instead of ~30 ticks later when it lands.
         # Both this and the aim error use the dead-reckoned position, and a bullet counts as on
         # course if it meets a target that keeps its last-seen velocity.
-        on_course = 0
+        aim_err, on_course = 0.0, 0
         if self._seen is not None:
             px, py = self._estimate()
-            ex, ey = px - me.x, py - me.y
-            aim_err = _wrap(math.atan2(ex, ey) - me.gun) / math.atan2(RADIUS, max(math.hypot(ex, ey), RADIUS))
+            gx, gy = px - me.x, py - me.y
+            aim_err = _wrap(math.atan2(gx, gy) - me.gun) / math.atan2(RADIUS, max(math.hypot(gx, gy), RADIUS))
             vx, vy = self._seen[3] * math.sin(self._seen[2]), self._seen[3] * math.cos(self._seen[2])
             for b in self.bullets:
                 if b.owner == 0:

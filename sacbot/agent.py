@@ -24,7 +24,7 @@ import json
 import os
 import sys
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 
 import gymnasium as gym
 import numpy as np
@@ -76,7 +76,7 @@ class Agent:
         self.opponent = ""
         self.results: dict[str, list[float]] = defaultdict(list)
         self.wins: dict[str, list[bool]] = defaultdict(list)  # episodes whose env reported info["won"]
-        self._won: bool | None = None
+        self.recent: deque[tuple[float, bool | None]] = deque(maxlen=20)  # (return, won) of the last 20
         self.loaded_from: str | None = None
         os.makedirs(cfg.run_dir, exist_ok=True)
         self.heartbeat = Heartbeat(os.path.join(cfg.run_dir, "status.json"))
@@ -239,8 +239,7 @@ class Agent:
                     self.trainer.wait_processed(self.sent, timeout=600.0)
         if tr.terminated or tr.truncated:
             won = info.get("won") if info else None
-            self._won = bool(won) if isinstance(won, bool | np.bool_) else None
-            self._end_episode()
+            self._end_episode(bool(won) if isinstance(won, bool | np.bool_) else None)
 
     def new_episode(self, opponent: str = "") -> None:
         """Mark an episode start.  ``opponent`` is a stable identity key (name or id)."""
@@ -253,14 +252,14 @@ class Agent:
         if self.trainer is not None and not self._closed:
             self.channel.send(NewEpisode(self.opponent))
 
-    def _end_episode(self) -> None:
+    def _end_episode(self, won: bool | None) -> None:
         self.episodes += 1
         self.results[self.opponent].append(self._ep_return)
+        self.recent.append((self._ep_return, won))
         outcome = {}
-        if self._won is not None:
-            self.wins[self.opponent].append(self._won)
-            outcome = {"won": self._won}
-            self._won = None
+        if won is not None:
+            self.wins[self.opponent].append(won)
+            outcome = {"won": won}
         if self.rounds is not None:
             self.rounds.bump()
         if not self.eval_mode:
@@ -272,6 +271,13 @@ class Agent:
         self.pstate = policy.initial_state(self.params)
         self._ep_return, self._ep_len = 0.0, 0
         self._act_ns = []
+
+    def recent_stats(self) -> tuple[float | None, float | None]:
+        """Mean return and win rate of the last 20 finished episodes (None when there are none,
+        or, for the win rate, when the env reports no outcome)."""
+        won = [w for _, w in self.recent if w is not None]
+        return (float(np.mean([r for r, _ in self.recent])) if self.recent else None,
+                float(np.mean(won)) if won else None)
 
     def _check_obs(self, obs, name: str) -> np.ndarray:
         try:

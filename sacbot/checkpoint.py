@@ -458,7 +458,7 @@ def candidates(directory: str) -> list[str]:
     """Files to try, newest first: sac_latest.zip, then step files by step; but step files newer
     than sac_latest.zip go before it (a crash between writing the step file and copying it to
     sac_latest.zip leaves the latter one save behind)."""
-    steps = [(n, p) for n, p in reversed(step_files(directory))]
+    steps = step_files(directory)[::-1]
     latest = os.path.join(directory, LATEST)
     if not os.path.exists(latest):
         return [p for _, p in steps]

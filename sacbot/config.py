@@ -35,8 +35,6 @@ def _f(default, doc: str, *, choices: tuple | None = None, min: float | None = N
 @dataclass(frozen=True)
 class Config:
     # --- environment and run -------------------------------------------------------
-    # Pendulum-v1 stays the default until sacbot learns TankDuel within a quick-start budget:
-    # 14k lockstep steps against sitting_duck left returns flat (docs/status.md, issue 5).
     env: str = _f("sacbot/TankDuel-v0", "Gymnasium env id to play (Box action space), e.g. Pendulum-v1.")
     env_kwargs: str = _f("", 'JSON object of keyword arguments for the env, e.g. '
                              '\'{"opponents": ["spinner", "walker"], "schedule": "cycle"}\'.')

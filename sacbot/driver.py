@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
+from collections.abc import Callable
+from functools import partial
 
 import gymnasium as gym
-import numpy as np
 
 from .agent import Agent, AgentError
 from .config import Config
@@ -56,17 +56,27 @@ class Progress:
             self._task = self._bar.add_task("", total=total)
             self._bar.start()
 
-    def update(self, steps: int, text: str, force: bool = False) -> None:
+    def update(self, steps: int, text: Callable[[], str]) -> None:
+        """``text`` is called only when the line is redrawn (twice a second), not every tick."""
         if not self._bar:
             return
         now = time.monotonic()
-        if force or now - self._last > 0.5:
+        if now - self._last > 0.5:
             self._last = now
-            self._bar.update(self._task, completed=steps, description=text)
+            self._bar.update(self._task, completed=steps, description=text())
 
     def close(self) -> None:
         if self._bar:
             self._bar.stop()
+
+
+def _progress_text(agent: Agent, steps: int) -> str:
+    ret, won = agent.recent_stats()
+    st = agent.trainer.steps_per_s if agent.trainer else 0.0
+    drops = agent.channel.drops["transition"] if agent.trainer else 0
+    return (f"steps {steps}  ret(avg20) {'     n/a' if ret is None else f'{ret:8.1f}'}"
+            + ("" if won is None else f"  won(last20) {won:4.0%}")
+            + f"  grad/s {st:6.1f}  v{agent.policy_version}  drops {drops}")
 
 
 def _each_opponent_done(env: gym.Env, agent: Agent, n: int) -> bool:
@@ -81,8 +91,6 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None) -> d
     stop = stop or threading.Event()
     env = make_env(cfg.env, kwargs=cfg.env_kwargs_dict())
     agent = Agent(cfg, env.observation_space, env.action_space, log=agent_log)
-    returns: deque[float] = deque(maxlen=20)
-    wins: deque[bool] = deque(maxlen=20)  # episodes whose env reports info["won"]
     progress = Progress(not cfg.quiet, cfg.steps or None)
     period = 1.0 / cfg.tps
     misses = ticks = 0
@@ -96,7 +104,6 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None) -> d
             k = agent.episode_index
             obs, info = env.reset(seed=cfg.seed + k, options={"episode_index": k})
             agent.new_episode(str(info.get("opponent", "")))
-            ep_ret = 0.0
             done = False
             # Lockstep finishes the episode before closing on a signal: a resumed run then
             # continues bit for bit.  Other paces close at once.
@@ -112,23 +119,13 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None) -> d
                 action = agent.act(obs)
                 obs, reward, terminated, truncated, info = env.step(action)
                 agent.observe(reward, obs, terminated, truncated, info)
-                ep_ret += float(reward)
                 steps += 1
                 ticks += 1
                 done = terminated or truncated
-                st = agent.trainer.steps_per_s if agent.trainer else 0.0
-                drops = agent.channel.drops["transition"] if agent.trainer else 0
-                avg = f"{np.mean(returns):8.1f}" if returns else "     n/a"
-                won = f"  won(last20) {np.mean(wins):4.0%}" if wins else ""
-                progress.update(steps, f"steps {steps}  ret(avg20) {avg}{won}  grad/s {st:6.1f}  "
-                                       f"v{agent.policy_version}  drops {drops}")
+                progress.update(steps, partial(_progress_text, agent, steps))
                 if cfg.steps and steps >= cfg.steps:
                     limit_reached = True
                     stop.set()
-            if done:
-                returns.append(ep_ret)
-                if isinstance(info.get("won"), bool):
-                    wins.append(info["won"])
             if cfg.episodes and agent.episodes >= cfg.episodes:
                 break
             if cfg.episodes_per_opponent and _each_opponent_done(env, agent, cfg.episodes_per_opponent):
@@ -137,9 +134,8 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None) -> d
         progress.close()
         env.close()
         final = agent.close()
-    final.update(env_steps=steps, deadline_misses=misses, ticks=ticks,
-                 mean_return_last20=float(np.mean(returns)) if returns else None,
-                 win_rate_last20=float(np.mean(wins)) if wins else None)
+    ret, won = agent.recent_stats()
+    final.update(env_steps=steps, deadline_misses=misses, ticks=ticks, mean_return_last20=ret, win_rate_last20=won)
     final["agent"] = agent
     return final
 

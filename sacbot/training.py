@@ -113,10 +113,17 @@ def steps_owed(state: TrainingState) -> int:
     return n
 
 
+def _windows(cfg) -> tuple[int, int, int]:
+    """(batch, seq_len, burn_in) of each sampled batch.  The memoryless control takes each step
+    alone, as many transitions per update as the recurrent learner sees (batch_size * seq_len)."""
+    if cfg.memoryless:
+        return cfg.batch_size * cfg.seq_len, 1, 0
+    return cfg.batch_size, cfg.seq_len, cfg.burn_in
+
+
 def ready_to_learn(state: TrainingState) -> bool:
-    cfg = state.cfg
-    batch, seq = (cfg.batch_size * cfg.seq_len, 1) if cfg.memoryless else (cfg.batch_size, cfg.seq_len)
-    return len(state.replay) >= max(cfg.learning_starts, 1) and state.replay.can_sample(batch, seq)
+    batch, seq, _ = _windows(state.cfg)
+    return len(state.replay) >= max(state.cfg.learning_starts, 1) and state.replay.can_sample(batch, seq)
 
 
 def train_pass(state: TrainingState, offer_save: Callable[[TrainingState], bool] | None = None,
@@ -131,18 +138,15 @@ def train_pass(state: TrainingState, offer_save: Callable[[TrainingState], bool]
         n = 0  # steps owed before learning starts are not made up later
     sums: dict[str, float] = {}
     done = 0
+    n_seq, seq_len, burn_in = _windows(cfg)
     for i in range(n):
         if stop is not None and stop.is_set():
             state.utd_carry += n - i
             break
         done += 1
-        if cfg.memoryless:
-            # The control: each step alone, from a zero state and no previous action; as many
-            # transitions per update as the recurrent learner sees (batch_size * seq_len).
-            batch = state.replay.sample(cfg.batch_size * cfg.seq_len, 1, state.rng)
+        batch = state.replay.sample(n_seq, seq_len, state.rng, burn_in)
+        if cfg.memoryless:  # no previous action either (the learner reads every step alone)
             batch = batch._replace(prev_act0=np.zeros_like(batch.prev_act0))
-        else:
-            batch = state.replay.sample(cfg.batch_size, cfg.seq_len, state.rng, cfg.burn_in)
         m = state.learner.update(batch)
         state.grad_steps += 1
         for k, v in m.items():
