@@ -15,6 +15,12 @@ Two tricks keep the numpy actor in :mod:`sacbot.policy` in step with these layer
   Functions: their forward values are exactly ``round(clamp(x/s))`` and ``exp(log_s)``,
   so an exported scale and integer weight equal the ones used in training.
 
+Training runs each layer's quantization as one autograd node with a written-out
+backward (``_QLinearFn``, ``_FakeQuantFn``), because per-op overhead dominates at these
+sizes.  Their forwards run the same ops as the composable pieces,
+``LsqQuantizer.scale()`` and ``integer()``; export uses those pieces, and a test checks
+the fused gradients against autograd through them.
+
 The LSTM takes the "fused kernel" route of issue 2: weights and the layer input are
 fake-quantized, then ``torch.lstm`` runs the recurrence in C++.  The recurrent state
 h, c is not quantized, so a Python loop over time is never needed; docs/learner.md
@@ -51,8 +57,8 @@ class _LsqScale(torch.autograd.Function):
     """s = exp(max(log_s, floor)) forward; LSQ-scaled gradient backward.
 
     LSQ (Esser et al. 2020, eq. 4) multiplies the step-size gradient by
-    g = 1/sqrt(N * Qp) so it stays commensurate with the weight updates.  One fused
-    Function instead of five autograd ops: the learner calls it 9 times per update.
+    g = 1/sqrt(N * Qp) so it stays commensurate with the weight updates.  One
+    Function instead of five autograd ops.
     """
 
     @staticmethod
@@ -65,7 +71,7 @@ class _LsqScale(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         s, log_s = ctx.saved_tensors
-        return grad * s * (log_s > _LOG_SCALE_MIN) * ctx.g, None
+        return _lsq_scale_grad(grad, s, log_s, ctx.g), None
 
 
 class _FakeQuantInt(torch.autograd.Function):
@@ -96,6 +102,73 @@ class _FakeQuantInt(torch.autograd.Function):
         return g, gs.view(s.shape), None, None
 
 
+def _lsq_scale_grad(grad_s: torch.Tensor, s: torch.Tensor, log_s: torch.Tensor, g: float) -> torch.Tensor:
+    """d loss / d log_s from d loss / d s: the chain rule through exp, the LSQ factor g,
+    and zero below the floor (what ``_LsqScale.backward`` does)."""
+    return grad_s * s * (log_s > _LOG_SCALE_MIN) * g
+
+
+class _QLinearFn(torch.autograd.Function):
+    """A quantized linear layer in one autograd node:
+    ``out = (round(clamp(x/sx)) @ round(clamp(w/sw)).T) * (sx * sw) + b``.
+
+    Its forward runs the same ops as ``_FakeQuantInt`` + ``_LsqScale`` + ``F.linear``, so
+    the values (and the numpy parity) are unchanged.  The backward is written out: the same
+    STE and LSQ gradients, in ~15 ops instead of ~9 autograd nodes and their bookkeeping
+    (measured: this layer's forward+backward went from ~1.2 to ~0.7 ms at 528 x 128).
+    """
+
+    @staticmethod
+    def forward(ctx, x, w, b, log_sx, log_sw, gx: float, gw: float, qx_range, qw_range):
+        sx = log_sx.clamp(min=_LOG_SCALE_MIN).exp()
+        sw = log_sw.clamp(min=_LOG_SCALE_MIN).exp()
+        vx, vw = x / sx, w / sw
+        qx = vx.clamp(-qx_range[0], qx_range[1]).round()
+        qw = vw.clamp(-qw_range[0], qw_range[1]).round()
+        acc = F.linear(qx, qw)
+        out = acc * (sx * sw.view(-1)) + b
+        ctx.save_for_backward(qx, vx, qw, vw, sx, sw, acc, log_sx, log_sw)
+        ctx.gx, ctx.gw, ctx.qx_range, ctx.qw_range = gx, gw, qx_range, qw_range
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        qx, vx, qw, vw, sx, sw, acc, log_sx, log_sw = ctx.saved_tensors
+        sc = sx * sw.view(-1)
+        g_acc = grad * sc
+        r = (grad * acc).sum(0)  # d loss / d (sx * sw), per output channel
+        # STE through round(clamp(v)): pass inside the clip range, zero outside.
+        mx = torch.ops.aten.hardtanh_backward(g_acc @ qw, vx, -ctx.qx_range[0], ctx.qx_range[1])
+        mw = torch.ops.aten.hardtanh_backward(g_acc.t() @ qx, vw, -ctx.qw_range[0], ctx.qw_range[1])
+        # d q / d s = -v / s inside the range; plus the rescale's share r.
+        gsx = torch.dot(r, sw.view(-1)) - torch.dot(mx.view(-1), vx.view(-1)) / sx
+        gsw = r.view(-1, 1) * sx - (mw * vw).sum(1, keepdim=True) / sw
+        return (mx / sx, mw / sw, grad.sum(0), _lsq_scale_grad(gsx, sx, log_sx, ctx.gx),
+                _lsq_scale_grad(gsw, sw, log_sw, ctx.gw), None, None, None, None)
+
+
+class _FakeQuantFn(torch.autograd.Function):
+    """``round(clamp(x/s)) * s`` with s = exp(log_s), in one autograd node: the fused
+    version of ``integer(x, scale()) * scale()`` for the LSTM's input and weights."""
+
+    @staticmethod
+    def forward(ctx, x, log_s, g: float, qn: int, qp: int):
+        s = log_s.clamp(min=_LOG_SCALE_MIN).exp()
+        v = x / s
+        q = v.clamp(-qn, qp).round()
+        ctx.save_for_backward(q, v, s, log_s)
+        ctx.g, ctx.qn, ctx.qp = g, qn, qp
+        return q * s
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, v, s, log_s = ctx.saved_tensors
+        m = torch.ops.aten.hardtanh_backward(grad, v, -ctx.qn, ctx.qp)  # d(qs)/dx: 1 inside
+        gs = grad * q - m * v  # d(qs)/ds: q - v inside the range, q (= -Qn or Qp) outside
+        gs = gs.sum() if s.dim() == 0 else gs.sum(dim=tuple(range(1, gs.dim())), keepdim=True)
+        return m, _lsq_scale_grad(gs, s, log_s, ctx.g), None, None, None
+
+
 class LsqQuantizer(nn.Module):
     """A learned-step-size quantizer: per tensor (shape ``()``) or per output channel."""
 
@@ -115,6 +188,10 @@ class LsqQuantizer(nn.Module):
     def integer(self, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         """Integer-valued float tensor round(clamp(x / s)); STE inside the clip range."""
         return _FakeQuantInt.apply(x, s, self.qn, self.qp)
+
+    def fake_quant(self, x: torch.Tensor) -> torch.Tensor:
+        """Dequantized round(clamp(x / s)) * s, with STE and LSQ gradients, in one node."""
+        return _FakeQuantFn.apply(x, self.log_scale, self.g, self.qn, self.qp)
 
     @torch.no_grad()
     def init_from_range(self, max_abs: torch.Tensor) -> None:
@@ -172,9 +249,10 @@ class QLinear(_QuantLayer):
         phase = int(self.phase)
         if phase == QUANTIZING:
             assert self.xq is not None and self.wq is not None
-            sx, sw = self.xq.scale(), self.wq.scale()
-            acc = F.linear(self.xq.integer(x, sx), self.wq.integer(self.weight, sw))
-            return acc * (sx * sw.view(-1)) + self.bias
+            xq, wq = self.xq, self.wq
+            out = _QLinearFn.apply(x.reshape(-1, x.shape[-1]), self.weight, self.bias, xq.log_scale,
+                                   wq.log_scale, xq.g, wq.g, (xq.qn, xq.qp), (wq.qn, wq.qp))
+            return out.view(*x.shape[:-1], -1)
         if phase == CALIBRATING:
             self._observe(x)
         return F.linear(x, self.weight, self.bias)
@@ -206,10 +284,8 @@ class QLSTM(_QuantLayer):
         phase = int(self.phase)
         if phase == QUANTIZING:
             assert self.xq is not None
-            sx, si, sh = self.xq.scale(), self.wq_ih.scale(), self.wq_hh.scale()
-            return (self.xq.integer(x, sx) * sx,
-                    self.wq_ih.integer(self.weight_ih, si) * si,
-                    self.wq_hh.integer(self.weight_hh, sh) * sh)
+            return (self.xq.fake_quant(x), self.wq_ih.fake_quant(self.weight_ih),
+                    self.wq_hh.fake_quant(self.weight_hh))
         if phase == CALIBRATING:
             self._observe(x)
         return x, self.weight_ih, self.weight_hh

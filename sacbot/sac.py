@@ -116,8 +116,9 @@ class Critic(nn.Module):
             hw, w1a, w2, b2 = hw.detach(), w1a.detach(), w2.detach(), b2.detach()
         T, B, A = act.shape
         y = F.relu(torch.addmm(hw, act.reshape(T * B, A), w1a.permute(1, 0, 2).reshape(A, -1)))
-        # Second layer (128 -> 1 per head) as multiply-and-sum over each head's half.
-        q = (y.view(T * B, 2, -1) * w2.view(2, -1)).sum(-1) + b2.view(2)
+        # Second layer (128 -> 1 per head) as one matmul with a block-diagonal (256, 2)
+        # weight; a multiply-and-sum over each head's half cost ~1 ms more per update.
+        q = torch.addmm(b2.view(2), y, torch.block_diag(w2[0], w2[1]))
         return q.t().view(2, T, B)
 
 

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from envs.memory import CueMemory
 from sacbot import policy
@@ -77,6 +78,50 @@ def test_scales_stay_positive_when_pushed_to_zero():
             s = q.scale()
             assert torch.isfinite(s).all() and (s > 0).all(), f"scale not positive at step {step}"
     assert min(float(q.scale().detach().min()) for q in quantizers) < 1e-6  # really pushed down
+
+
+@pytest.mark.parametrize("bits", [8, 3])
+def test_fused_quant_backward_matches_autograd_reference(bits):
+    """The layers' hand-written backward (one autograd node per layer, for speed) must give
+    the gradients autograd derives from the quantizers' composable pieces."""
+    torch.manual_seed(0)
+    lin = QLinear(39, 64, quant=True, bits=bits, input_signed=True)
+    lstm = QLSTM(64, 64, quant=True, bits=bits, input_signed=False)
+    x, z = torch.randn(33, 16, 39), torch.randn(33, 16, 64).relu()
+    for layer, inp in ((lin, x), (lstm, z)):
+        layer(inp)
+        layer.finish_calibration()
+        with torch.no_grad():  # smaller scales than calibration's, so some values clip
+            for q in layer.modules():
+                if hasattr(q, "log_scale"):
+                    q.log_scale.sub_(0.7)
+
+    def reference_linear(x):
+        sx, sw = lin.xq.scale(), lin.wq.scale()
+        return F.linear(lin.xq.integer(x, sx) * sx, lin.wq.integer(lin.weight, sw) * sw) + lin.bias
+
+    def reference_lstm_inputs(z):
+        return [q.integer(t, q.scale()) * q.scale()
+                for q, t in ((lstm.xq, z), (lstm.wq_ih, lstm.weight_ih), (lstm.wq_hh, lstm.weight_hh))]
+
+    def grads(f, inp, params):
+        inp = inp.clone().requires_grad_()
+        outs = f(inp)
+        outs = outs if isinstance(outs, tuple | list) else [outs]
+        g = torch.Generator().manual_seed(1)
+        sum((o * torch.randn(o.shape, generator=g)).sum() for o in outs).backward()
+        got = [inp.grad.clone()] + [p.grad.clone() for p in params]
+        for p in params:
+            p.grad = None
+        return got
+
+    lin_params = [lin.weight, lin.bias, lin.xq.log_scale, lin.wq.log_scale]
+    lstm_params = [lstm.weight_ih, lstm.weight_hh, lstm.xq.log_scale, lstm.wq_ih.log_scale, lstm.wq_hh.log_scale]
+    for fused, ref, inp, params in ((lin, reference_linear, x, lin_params),
+                                    (lambda t: lstm.effective_weights(t), reference_lstm_inputs, z, lstm_params)):
+        for got, want in zip(grads(fused, inp, params), grads(ref, inp, params), strict=True):
+            assert want.abs().sum() > 0
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6 * float(want.abs().max()))
 
 
 @pytest.mark.parametrize("quant,bits", [("on", 8), ("on", 4), ("on", 3), ("off", 8)])
