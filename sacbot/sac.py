@@ -169,10 +169,15 @@ class SACLSTMLearner:
         # every step as a sequence of its own, from a zero state and no previous action, exactly
         # as it acts; its next-step actions and values must not see the step before either.
         T1, B = obs.shape[:2]
+        T = T1 - 1
         if cfg.memoryless:
             seq_obs, seq_prev = obs.reshape(1, T1 * B, -1), torch.zeros_like(prev_act).reshape(1, T1 * B, -1)
+            crit_obs, crit_prev = seq_obs[:, : T * B], seq_prev[:, : T * B]
         else:
             seq_obs, seq_prev = obs, prev_act
+            # The critic's values are needed at steps 0..T-1 only; step T (the next obs)
+            # matters to the actor and the target alone.
+            crit_obs, crit_prev = obs[:-1], prev_act[:-1]
 
         def steps(x: torch.Tensor) -> torch.Tensor:  # back to (T+1, B, .)
             return x.reshape(T1, B, x.shape[-1])
@@ -186,7 +191,7 @@ class SACLSTMLearner:
         a_pi, logp = torch.tanh(u), tanh_log_prob(u, mu, log_std)
 
         # Critic: the recurrent core runs once; its output feeds both losses.
-        h = steps(self.critic.core(seq_obs, seq_prev))
+        hw = self.critic.head_input(self.critic.core(crit_obs, crit_prev))
         with torch.no_grad():
             h_targ = steps(self.target.core(seq_obs, seq_prev))
             hw_targ = self.target.head_input(h_targ[1:])
@@ -194,7 +199,6 @@ class SACLSTMLearner:
             v_next = q_next - alpha * logp[1:]
             # Bootstrap through truncation, never through termination.
             y = t["rew"] + cfg.gamma * (1.0 - t["terminated"]) * v_next
-        hw = self.critic.head_input(h[:-1])
         q = self.critic.heads(hw, act)
         critic_loss = (((q - y) ** 2) * mask).sum() / n
 
