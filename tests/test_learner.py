@@ -282,3 +282,27 @@ def test_memory_task_needs_the_lstm():
     control = _memory_run(memoryless=True)
     assert lstm >= 0.9, f"LSTM learner reached only {lstm:.0%}"
     assert 0.3 <= control <= 0.7, f"memoryless control should stay near chance, got {control:.0%}"
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="counts oneDNN's LSTM kernels")
+def test_update_runs_three_lstm_passes_forward_and_two_backward():
+    """The point of the shared critic core (SPEC 10): actor, critic and target forward once
+    each, and only actor and critic backward, against 8 and 5 in the naive layout."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    aten = torch.ops.aten
+    calls = {"fwd": 0, "bwd": 0}
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func._overloadpacket is aten.mkldnn_rnn_layer:
+                calls["fwd"] += 1
+            elif func._overloadpacket is aten.mkldnn_rnn_layer_backward:
+                calls["bwd"] += 1
+            return func(*args, **(kwargs or {}))
+
+    learner, buf, rng = trained_learner(updates=5)  # past calibration: the quantized path
+    batch = buf.sample(16, 32, rng)
+    with Count():
+        learner.update(batch)
+    assert calls == {"fwd": 3, "bwd": 2}
