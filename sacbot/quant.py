@@ -53,6 +53,17 @@ def qrange(bits: int, signed: bool) -> tuple[int, int]:
     return 0, 2**bits - 1
 
 
+def _scale(log_s: torch.Tensor) -> torch.Tensor:
+    """The step size from its learned log: exp(max(log_s, floor)), always > 0."""
+    return log_s.clamp(min=_LOG_SCALE_MIN).exp()
+
+
+def _round_clip(v: torch.Tensor, qn: int, qp: int) -> torch.Tensor:
+    """round(clamp(v, -Qn, Qp)): the integer grid point.  Every quantizer here goes through
+    these same ops, so the fused training layers and export agree bit for bit."""
+    return v.clamp(-qn, qp).round()
+
+
 class _LsqScale(torch.autograd.Function):
     """s = exp(max(log_s, floor)) forward; LSQ-scaled gradient backward.
 
@@ -63,7 +74,7 @@ class _LsqScale(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, log_s, g: float):
-        s = log_s.clamp(min=_LOG_SCALE_MIN).exp()
+        s = _scale(log_s)
         ctx.save_for_backward(s, log_s)
         ctx.g = g
         return s
@@ -88,7 +99,7 @@ class _FakeQuantInt(torch.autograd.Function):
         v = x / s
         ctx.save_for_backward(v, s)
         ctx.qn, ctx.qp = qn, qp
-        return v.clamp(-qn, qp).round()
+        return _round_clip(v, qn, qp)
 
     @staticmethod
     def backward(ctx, grad):
@@ -120,11 +131,9 @@ class _QLinearFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w, b, log_sx, log_sw, gx: float, gw: float, qx_range, qw_range):
-        sx = log_sx.clamp(min=_LOG_SCALE_MIN).exp()
-        sw = log_sw.clamp(min=_LOG_SCALE_MIN).exp()
+        sx, sw = _scale(log_sx), _scale(log_sw)
         vx, vw = x / sx, w / sw
-        qx = vx.clamp(-qx_range[0], qx_range[1]).round()
-        qw = vw.clamp(-qw_range[0], qw_range[1]).round()
+        qx, qw = _round_clip(vx, *qx_range), _round_clip(vw, *qw_range)
         acc = F.linear(qx, qw)
         out = acc * (sx * sw.view(-1)) + b
         ctx.save_for_backward(qx, vx, qw, vw, sx, sw, acc, log_sx, log_sw)
@@ -153,9 +162,9 @@ class _FakeQuantFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, log_s, g: float, qn: int, qp: int):
-        s = log_s.clamp(min=_LOG_SCALE_MIN).exp()
+        s = _scale(log_s)
         v = x / s
-        q = v.clamp(-qn, qp).round()
+        q = _round_clip(v, qn, qp)
         ctx.save_for_backward(q, v, s, log_s)
         ctx.g, ctx.qn, ctx.qp = g, qn, qp
         return q * s
