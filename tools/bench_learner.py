@@ -23,20 +23,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 NAIVE = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "bench", "naive_sac_lstm_step.py"))
 
 
-def sacbot_steps(a) -> dict:
-    """Run in a subprocess: time learner.update on a fixed random batch."""
-    import time
-
+def learner_and_batches(a, quant: str, n_batches: int):
+    """A fresh learner at the bench's sizes and ``n_batches`` sampled from random transitions."""
     import numpy as np
     import torch
 
-    import sacbot
     from sacbot.config import Config
     from sacbot.replay import SequenceReplay
     from sacbot.sac import SACLSTMLearner
 
     torch.set_num_threads(a.threads)
-    cfg = Config(hidden=a.hidden, batch_size=a.batch, seq_len=a.seq_len, quant=a.quant, calib_updates=1,
+    cfg = Config(hidden=a.hidden, batch_size=a.batch, seq_len=a.seq_len, quant=quant, calib_updates=1,
                  device=a.device)
     learner = SACLSTMLearner(a.obs_dim, a.act_dim, cfg)
     rng = np.random.default_rng(0)
@@ -44,7 +41,18 @@ def sacbot_steps(a) -> dict:
     for i in range(4096):  # episodes longer than L, so windows are full like the yardstick's
         buf.add(rng.standard_normal(a.obs_dim), rng.uniform(-1, 1, a.act_dim), rng.standard_normal(),
                 rng.standard_normal(a.obs_dim), False, i % 500 == 499)
-    batches = [buf.sample(a.batch, a.seq_len, rng) for _ in range(8)]
+    return learner, [buf.sample(a.batch, a.seq_len, rng) for _ in range(n_batches)]
+
+
+def sacbot_steps(a) -> dict:
+    """Run in a subprocess: time learner.update on a fixed random batch."""
+    import time
+
+    import torch
+
+    import sacbot
+
+    learner, batches = learner_and_batches(a, a.quant, 8)
     for i in range(5):
         learner.update(batches[i % 8])
     n, t0 = 0, time.perf_counter()
@@ -67,14 +75,9 @@ def count_flops(a) -> dict:
     import io
     import runpy
 
-    import numpy as np
     import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook
     from torch.utils._python_dispatch import TorchDispatchMode
-
-    from sacbot.config import Config
-    from sacbot.replay import SequenceReplay
-    from sacbot.sac import SACLSTMLearner
 
     aten = torch.ops.aten
 
@@ -115,14 +118,7 @@ def count_flops(a) -> dict:
         hook.remove()
     naive_steps = opt_steps[0] / 3
 
-    cfg = Config(hidden=a.hidden, batch_size=a.batch, seq_len=a.seq_len, calib_updates=1)
-    learner = SACLSTMLearner(a.obs_dim, a.act_dim, cfg)
-    rng = np.random.default_rng(0)
-    buf = SequenceReplay(4096, a.obs_dim, a.act_dim)
-    for i in range(4096):
-        buf.add(rng.standard_normal(a.obs_dim), rng.uniform(-1, 1, a.act_dim), 0.0,
-                rng.standard_normal(a.obs_dim), False, i % 500 == 499)
-    batch = buf.sample(a.batch, a.seq_len, rng)
+    learner, (batch,) = learner_and_batches(a, "on", 1)
     learner.update(batch)  # calibration: the counted updates fake-quantize
     ours, updates = Count(), 3
     with ours:
