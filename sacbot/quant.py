@@ -304,6 +304,14 @@ class QLSTM(_QuantLayer):
         if hc is None:
             z = x.new_zeros(1, x.shape[1], self.hidden_size)
             hc = (z, z)
-        out, h, c = torch.lstm(x_in, hc, (w_ih, w_hh, self.bias_ih, self.bias_hh),
-                               True, 1, 0.0, self.training, False, False)
+        args = (x_in, hc, (w_ih, w_hh, self.bias_ih, self.bias_hh), True, 1, 0.0, self.training, False, False)
+        if x.is_cuda and w_ih is not self.weight_ih:  # fake-quantizing, on a GPU
+            # cuDNN's LSTM differs from fp32 maths by ~5e-6 (its own gate functions), enough to
+            # move the next layer's quantized input across a rounding edge: 1.3e-4 off the numpy
+            # actor on an H200.  PyTorch's own CUDA LSTM kernels match it to 1.5e-8 (SPEC 11), at
+            # ~0.7x cuDNN's steps/s.  Unquantized, cuDNN's 5.5e-7 is within the 1e-5 asked.
+            with torch.backends.cudnn.flags(enabled=False):
+                out, h, c = torch.lstm(*args)
+        else:
+            out, h, c = torch.lstm(*args)
         return out, (h, c)

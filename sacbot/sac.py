@@ -23,13 +23,14 @@ quantizing the critics would add noise and cost for nothing.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .config import Config
+from .config import Config, ConfigError
 from .quant import OFF, PHASE_NAMES, QLSTM, QUANTIZING, QLinear
 from .replay import SequenceBatch
 
@@ -125,7 +126,13 @@ class Critic(nn.Module):
 class SACLSTMLearner:
     def __init__(self, obs_dim: int, act_dim: int, cfg: Config):
         self.cfg, self.obs_dim, self.act_dim = cfg, obs_dim, act_dim
-        self.device = torch.device(cfg.device)
+        self.device = resolve_device(cfg.device)
+        if self.device.type == "cuda":
+            # The deployed actor is numpy fp32 and must match this one (SPEC 11): no TF32 (it
+            # made them differ by 5.4e-4 on an H200); at these sizes tensor cores buy nothing.
+            # The actor's LSTM also avoids cuDNN (see QLSTM.forward).
+            torch.backends.cudnn.allow_tf32 = False
+            torch.backends.cuda.matmul.allow_tf32 = False
         quant = cfg.quant == "on"
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
@@ -139,6 +146,9 @@ class SACLSTMLearner:
         self.target.eval()
         for m in (self.actor, self.critic, self.target):
             m.to(self.device)
+        # What the parameters are on, not what was asked for ("cuda" becomes "cuda:0"):
+        # status reports this (SPEC 11).
+        self.device = next(self.actor.parameters()).device
         self.log_alpha = torch.full((), math.log(cfg.init_alpha), device=self.device, requires_grad=True)
         self.target_entropy = -float(act_dim)
         # Three optimizers, as in SAC; foreach kernels cut per-parameter overhead.
@@ -310,11 +320,22 @@ class SACLSTMLearner:
                 step = float(arrays[f"opt.{oname}.{i}.step"])
                 if step > 0:
                     opt.state[p] = {
-                        "step": torch.tensor(step, dtype=torch.float32),
+                        # Fused Adam keeps its step count on the parameter's device.
+                        "step": torch.tensor(step, dtype=torch.float32, device=p.device),
                         "exp_avg": torch.as_tensor(np.array(arrays[f"opt.{oname}.{i}.exp_avg"])).to(p),
                         "exp_avg_sq": torch.as_tensor(np.array(arrays[f"opt.{oname}.{i}.exp_avg_sq"])).to(p),
                     }
-        self.gen.set_state(torch.as_tensor(np.array(arrays["rng.torch"]), dtype=torch.uint8))
+        rng = torch.as_tensor(np.array(arrays["rng.torch"]), dtype=torch.uint8)
+        if rng.numel() == self.gen.get_state().numel():
+            self.gen.set_state(rng)
+        else:
+            # A CPU generator's state (mt19937) does not fit a CUDA one (seed and offset), so a
+            # learner resumed on another kind of device draws other noise from here on.
+            # Reseed from the seed and the update count, so that resuming stays reproducible.
+            self.gen.manual_seed(self.cfg.seed + 1 + int(meta["updates"]))
+            warnings.warn(f"the saved action-noise generator is for another kind of device than "
+                          f"{self.device}; reseeded it, so this run's noise differs from the saved run's",
+                          stacklevel=2)
         self.updates = int(meta["updates"])
 
     def _optimizers(self):
@@ -324,6 +345,24 @@ class SACLSTMLearner:
 
     def torch_threads(self) -> int:
         return torch.get_num_threads()
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device for ``--device``, or a ConfigError that says what is wrong."""
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"device = {name!r} is not accepted: expected cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device = {name!r}, but this torch build ({torch.__version__}) sees no CUDA "
+                              "GPU; use --device cpu or install a CUDA build of torch") from None
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ConfigError(f"device = {name!r}, but only {torch.cuda.device_count()} CUDA device(s) "
+                              f"are visible (cuda:0..cuda:{torch.cuda.device_count() - 1})")
+    elif dev.type != "cpu":
+        raise ConfigError(f"device = {name!r} is not accepted: expected cpu, cuda or cuda:N")
+    return dev
 
 
 def _np(t: torch.Tensor) -> np.ndarray:

@@ -95,6 +95,7 @@ def test_lockstep_runs_are_deterministic(tmp_path):
     ([], {"SACBOT_EVAL_MODE": "maybe"}, "SACBOT_EVAL_MODE = 'maybe'"),
     ([], {"SACBOT_UTD_RATO": "1"}, "unknown environment variable SACBOT_UTD_RATO"),
     (["--env-kwargs", "{bad json"], {}, "env_kwargs = '{bad json'"),
+    (["--device", "gpu0"], {}, "device = 'gpu0'"),
 ])
 def test_bad_config_exits_2_and_names_the_setting(tmp_path, args, env, needle):
     p = subprocess.run(SACBOT + run_args(tmp_path, *args), capture_output=True, text=True, timeout=60,
