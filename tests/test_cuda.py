@@ -24,17 +24,18 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA G
 SACBOT = [sys.executable, "-m", "sacbot"]
 
 
-def cuda_learner(updates=12, device="cuda", seed=0):
-    learner = SACLSTMLearner(OBS, ACT, Config(calib_updates=4, seed=seed, device=device))
+def cuda_learner(updates=12, device="cuda", seed=0, quant="on"):
+    learner = SACLSTMLearner(OBS, ACT, Config(calib_updates=4, seed=seed, device=device, quant=quant))
     buf, rng = filled_replay(seed=seed), np.random.default_rng(seed)
     metrics = [learner.update(buf.sample(16, 32, rng)) for _ in range(updates)]
     return learner, buf, rng, metrics
 
 
 @needs_cuda
-def test_cuda_learner_trains_there_and_its_export_matches_the_numpy_policy():
-    learner, _, _, metrics = cuda_learner()
-    assert learner.quant_phase == "training"
+@pytest.mark.parametrize("quant", ["on", "off"])
+def test_cuda_learner_trains_there_and_its_export_matches_the_numpy_policy(quant):
+    learner, _, _, metrics = cuda_learner(quant=quant)
+    assert learner.quant_phase == ("training" if quant == "on" else "off")
     assert str(learner.device) == "cuda:0"
     assert all(p.is_cuda for p in learner.actor.parameters())
     assert all(p.is_cuda for p in learner.critic.parameters())
