@@ -12,9 +12,11 @@ each bot's round counter and status.json (reported with events and in the summar
 a startup grace period, a counter that has not moved for
 ``--freeze-timeout`` seconds marks the bot frozen: SIGTERM, SIGKILL after ``--kill-grace``,
 then a restart after an exponential backoff.  A bot that exits non-zero is restarted too;
-one that exits 0 has finished.  Past ``--max-restarts`` for any bot, the runner stops every
-bot and exits 1 with a summary.  SIGINT/SIGTERM to the runner closes every bot gracefully
-(each makes its final save) and exits 0.
+one that exits 0 has finished; one that exits 2 (a bad flag or setting) stops the runner at
+once, with the bot's message, since a restart would fail the same way.  Past
+``--max-restarts`` for any bot, the runner stops every bot and exits 1 with a summary.
+SIGINT/SIGTERM to the runner closes every bot gracefully (each makes its final save) and
+exits 0.
 
 Every ``--eval-every-rounds`` rounds (or ``--eval-every-minutes``) of a bot, its newest
 checkpoint is copied aside and evaluated by ``sacbot eval`` in eval mode, ``--eval-episodes``
@@ -38,6 +40,7 @@ from .checkpoint import LATEST, atomic_write_bytes
 from .liveness import read_round_counter, read_status
 
 POLL_S = 0.5
+CONFIG_ERROR = 2  # sacbot's exit code for a bad setting, and argparse's for a bad flag
 
 
 class Bot:
@@ -66,6 +69,16 @@ class Bot:
     def argv(self) -> list[str]:
         return self.cmd + self.args + ["--run-dir", self.run_dir, "--weights-path", self.weights,
                                        "--seed", str(self.seed), "--quiet"]
+
+    def last_log_line(self) -> str:
+        """The last non-empty line the bot wrote (its error message, when it failed)."""
+        try:
+            with open(os.path.join(self.dir, "bot.log"), "rb") as fh:
+                fh.seek(max(0, os.fstat(fh.fileno()).st_size - 4096))
+                lines = [x for x in fh.read().decode(errors="replace").splitlines() if x.strip()]
+        except OSError:
+            return "(no bot.log)"
+        return lines[-1] if lines else "(bot.log is empty)"
 
     def start(self, now: float) -> None:
         os.makedirs(self.run_dir, exist_ok=True)
@@ -144,6 +157,11 @@ class Runner:
             elif code == 0:
                 b.finished = True
                 self.event("finished", b)
+            elif code == CONFIG_ERROR:
+                # A bad flag or setting fails the same way every time: restarting cannot help.
+                said = b.last_log_line()
+                self.event("config_error", b, code=code, message=said)
+                self.failed = f"bot{b.i} rejected its configuration (exit code 2): {said}"
             else:
                 self.event("crashed", b, code=code)
                 self.schedule_restart(b, now, f"exit code {code}")

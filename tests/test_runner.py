@@ -64,6 +64,17 @@ def test_a_crashing_bot_is_restarted_and_one_that_keeps_crashing_makes_the_runne
     assert rounds == 6  # 2 rounds per life, the counter continuing across restarts
 
 
+@pytest.mark.timeout(60)
+def test_a_bot_that_rejects_its_configuration_stops_the_runner_without_restarts(tmp_path):
+    bot = [sys.executable, "-m", "sacbot", "run"]
+    p = subprocess.run(RUNNER + ["--root", str(tmp_path), "--bot-cmd", " ".join(bot), "--backoff", "0.1",
+                                 "--", "--device", "gpu0"], capture_output=True, text=True, timeout=50)
+    assert p.returncode == 1
+    assert "bot0 rejected its configuration (exit code 2)" in p.stderr and "device = 'gpu0'" in p.stderr
+    kinds = [e["event"] for e in events(tmp_path)]
+    assert kinds == ["started", "config_error", "gave_up"]
+
+
 @pytest.mark.timeout(120)
 def test_sigterm_to_the_runner_closes_every_real_bot_with_a_final_checkpoint(tmp_path):
     bot = [sys.executable, "-m", "sacbot", "run"]
