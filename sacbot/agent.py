@@ -32,7 +32,7 @@ import numpy as np
 from . import checkpoint as ck
 from . import policy
 from .channels import Channel, SaveSlot
-from .config import Config
+from .config import Config, ConfigError
 from .liveness import Heartbeat, RoundCounter
 from .messages import MessageError, NewEpisode, Transition, check_reward, check_vector
 from .snapshot import SnapshotReader, WeightSnapshot
@@ -92,8 +92,19 @@ class Agent:
         self.pstate = policy.initial_state(self.params)
 
     # --- start -----------------------------------------------------------------------
-    def _expect(self) -> dict:
-        return {"obs_dim": self.obs_dim, "act_dim": self.act_dim, "hidden": self.cfg.hidden}
+    def _expect(self, training: bool = True) -> dict:
+        """What a checkpoint must match.  Eval plays the exported actor, which carries its own
+        sizes, so only the env's spaces must fit; training resumes the whole learner."""
+        spaces = {"obs_dim": self.obs_dim, "act_dim": self.act_dim}
+        return {**spaces, "hidden": self.cfg.hidden, "quant": self.cfg.quant} if training else spaces
+
+    def _load_latest(self, **kw):
+        try:
+            return ck.load_latest(self.cfg.weights_path, self._expect(not self.eval_mode), log=self.log, **kw)
+        except ck.CheckpointMismatch as e:
+            raise ConfigError(f"{e}. To go on with that bot, run with its settings (`sacbot inspect` "
+                              f"shows them); for a new bot, pass another --weights-path. Nothing in "
+                              f"{self.cfg.weights_path!r} was changed.") from None
 
     def _pretrained(self):
         """A fresh clone has no checkpoint of its own: eval then plays the bot shipped in
@@ -107,7 +118,7 @@ class Agent:
                 c = ck.read_checkpoint(path, entries=("actor",))
                 if c["manifest"].get("config", {}).get("env") != self.cfg.env:
                     continue
-                ck.check_shapes(c, self._expect(), path)
+                ck.check_shapes(c, self._expect(training=False), path)
             except ck.CheckpointError as e:
                 self.log(f"sacbot: pretrained bot {path} is not usable: {e}")
                 continue
@@ -118,8 +129,7 @@ class Agent:
 
     def _start_eval(self) -> None:
         # Actor-only load: eval reads the deployable actor export and the manifest, nothing else.
-        found = ck.load_latest(self.cfg.weights_path, self._expect(), entries=("actor",),
-                               log=self.log, set_aside_bad=False)
+        found = self._load_latest(entries=("actor",), set_aside_bad=False)
         if found is None and self.cfg.weights_path == Config.weights_path:
             found = self._pretrained()
         if found is None:
@@ -141,7 +151,7 @@ class Agent:
         had_files = bool(ck.candidates(cfg.weights_path))
         state, acting_rng = None, None
         while True:
-            found = ck.load_latest(cfg.weights_path, self._expect(), log=self.log)
+            found = self._load_latest()
             if found is None:
                 break
             ckpt, path = found

@@ -77,6 +77,11 @@ class CheckpointError(Exception):
     """A checkpoint file cannot be used; the message says why."""
 
 
+class CheckpointMismatch(CheckpointError):
+    """A sound checkpoint of a bot with other settings (env spaces, network size, quantization)
+    than this run's.  Not the file's fault: it is never set aside, and loading stops."""
+
+
 def _sacbot_version() -> str:
     from . import __version__
     return __version__
@@ -433,13 +438,17 @@ def _check_finite(arrays: dict[str, np.ndarray], path: str) -> None:
 
 
 def check_shapes(ckpt: dict, expect: dict, path: str) -> None:
+    """Raise CheckpointMismatch when the checkpoint's bot does not fit ``expect``: obs_dim and
+    act_dim (from the env), and the config fields ``hidden`` and ``quant``, where given."""
     spaces = ckpt["manifest"].get("spaces", {})
     cfg = ckpt["manifest"].get("config", {})
     for key in ("obs_dim", "act_dim"):
         if key in expect and spaces.get(key) != expect[key]:
-            raise CheckpointError(f"{path}: {key} is {spaces.get(key)}, the env needs {expect[key]}")
-    if "hidden" in expect and cfg.get("hidden") != expect["hidden"]:
-        raise CheckpointError(f"{path}: hidden size {cfg.get('hidden')}, config says {expect['hidden']}")
+            raise CheckpointMismatch(f"{path}: {key} is {spaces.get(key)}, the env needs {expect[key]}")
+    for key in ("hidden", "quant"):
+        if key in expect and cfg.get(key) != expect[key]:
+            raise CheckpointMismatch(f"{path} holds a bot with {key} = {cfg.get(key)!r}, "
+                                     f"this run asks for {key} = {expect[key]!r}")
 
 
 def set_aside(path: str) -> str:
@@ -483,7 +492,10 @@ def _manifest_step(path: str) -> int | None:
 def load_latest(directory: str, expect: dict | None = None, entries: tuple[str, ...] | None = None,
                 log=print, set_aside_bad: bool = True) -> tuple[dict, str] | None:
     """Load the newest valid checkpoint; set aside each file that fails, try the next.
-    Returns (checkpoint, path) or None when there is no file or none is valid."""
+    Returns (checkpoint, path) or None when there is no file or none is valid.  A sound file
+    that does not fit ``expect`` raises CheckpointMismatch and changes nothing: the run's
+    settings are wrong, not the file, and an older step file of the same bot would not fit
+    either."""
     for path in candidates(directory):
         try:
             ckpt = read_checkpoint(path, entries)
@@ -491,6 +503,8 @@ def load_latest(directory: str, expect: dict | None = None, entries: tuple[str, 
                 check_shapes(ckpt, expect, path)
             log(f"sacbot: loaded checkpoint {path} (step {ckpt['manifest'].get('step')})")
             return ckpt, path
+        except CheckpointMismatch:
+            raise
         except CheckpointError as e:
             msg = f"sacbot: checkpoint {path} is not usable: {e}"
             if set_aside_bad:

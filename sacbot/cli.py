@@ -76,6 +76,9 @@ def cmd_run(args, eval_mode: bool) -> int:
         s = summary(agent)
         if getattr(args, "json", False):
             print(json.dumps(s))
+        elif not s["episodes"]:
+            print(f"eval: no episode finished in {report['env_steps']} env steps (checkpoint "
+                  f"{s['checkpoint']}); give it more --steps, or use --episodes")
         else:
             print(f"eval: {s['episodes']} episodes, return {s['mean_return']:.2f} ± {s['std_return']:.2f} "
                   f"(checkpoint {s['checkpoint']})")
@@ -83,7 +86,7 @@ def cmd_run(args, eval_mode: bool) -> int:
                 won = f", won {r['win_rate']:.0%}" if "win_rate" in r else ""
                 print(f"  {opp or '-'}: {r['episodes']} episodes, return {r['mean_return']:.2f} "
                       f"± {r['std_return']:.2f}{won}")
-        return 0
+        return 0 if s["episodes"] else 1  # an eval that saw no episode end measured nothing
     err = agent.learner_error
     last = report.get("last_save")
     if report.get("mean_return_last20") is not None:

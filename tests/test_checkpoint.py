@@ -304,11 +304,16 @@ def test_corruption_gives_checkpoint_error_keeps_file_and_falls_back(good_dir, c
     assert any(".corrupt-" in f for f in os.listdir(good_dir))
 
 
-def test_shapes_that_do_not_match_the_config_are_refused(good_dir):
+@pytest.mark.parametrize("expect,match", [({"obs_dim": 4, "act_dim": 1}, "obs_dim is 3, the env needs 4"),
+                                          ({"obs_dim": 3, "act_dim": 1, "hidden": 16},
+                                           "hidden = 8, this run asks for hidden = 16")])
+def test_a_sound_file_that_does_not_fit_the_config_stops_loading_and_is_left_alone(good_dir, expect, match):
     loaded, path = ck.load_latest(str(good_dir), {"obs_dim": 3, "act_dim": 1, "hidden": 8}, log=lambda m: None)
     assert path.endswith(ck.LATEST)
-    assert ck.load_latest(str(good_dir), {"obs_dim": 4, "act_dim": 1}, log=lambda m: None) is None
-    assert len([f for f in os.listdir(good_dir) if ".corrupt-" in f]) == 3  # all three kept aside
+    before = sorted(os.listdir(good_dir))
+    with pytest.raises(ck.CheckpointMismatch, match=match):
+        ck.load_latest(str(good_dir), expect, log=lambda m: None)
+    assert sorted(os.listdir(good_dir)) == before  # the settings are wrong, not the files
 
 
 def test_truncation_at_many_offsets_and_byte_flips_only_raise_checkpoint_error(good_dir, tmp_path):

@@ -104,6 +104,13 @@ def test_bad_config_exits_2_and_names_the_setting(tmp_path, args, env, needle):
     assert needle in p.stderr and "expected" in p.stderr or "known" in p.stderr
 
 
+def test_an_eval_that_finishes_no_episode_exits_1_and_says_so(tmp_path):
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # for weights/pretrained/
+    p = subprocess.run(SACBOT + ["eval", "--steps", "5", "--run-dir", str(tmp_path / "r"), "--quiet"],
+                       capture_output=True, text=True, timeout=60, cwd=repo)
+    assert p.returncode == 1 and "no episode finished in 5 env steps" in p.stdout
+
+
 def test_config_precedence_toml_env_flags(tmp_path):
     toml = tmp_path / "bot.toml"
     toml.write_text("utd_ratio = 2.0\nbatch_size = 8\nsave_interval = 10\n")

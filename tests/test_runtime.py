@@ -16,7 +16,7 @@ import pytest
 from sacbot import policy
 from sacbot.agent import Agent
 from sacbot.channels import Channel, SaveSlot
-from sacbot.config import Config
+from sacbot.config import Config, ConfigError
 from sacbot.messages import MessageError, NewEpisode, Shutdown, Transition, decode, encode, make_transition
 from sacbot.snapshot import SnapshotReader, WeightSnapshot
 from sacbot.training import TrainingState, handle_message, train_pass
@@ -282,6 +282,28 @@ def test_eval_mode_sends_nothing_and_writes_no_weights(tmp_path):
     agent.close()
     after = {f: hashlib.sha256(open(os.path.join(wdir, f), "rb").read()).hexdigest() for f in os.listdir(wdir)}
     assert after == before
+
+
+@pytest.mark.parametrize("change", [dict(hidden=16), dict(quant="off")])
+def test_resuming_a_bot_with_other_settings_is_a_config_error_that_changes_no_file(tmp_path, change):
+    cfg = small_cfg(tmp_path, pace="lockstep")
+    with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
+        play(agent, 20)
+    wdir = cfg.weights_path
+
+    def files():
+        return {f: hashlib.sha256(open(os.path.join(wdir, f), "rb").read()).hexdigest() for f in os.listdir(wdir)}
+
+    before = files()
+    key, value = next(iter(change.items()))
+    with pytest.raises(ConfigError, match=f"{key} = .*this run asks for {key} = {value!r}.*Nothing in"):
+        Agent(dataclasses.replace(cfg, **change), OBS_SPACE, ACT_SPACE, log=lambda m: None)
+    assert files() == before  # nothing set aside as corrupt, nothing overwritten
+    # Eval plays the exported actor, which carries its own sizes: the flag does not matter there.
+    agent = Agent(dataclasses.replace(cfg, eval_mode=True, **change), OBS_SPACE, ACT_SPACE, log=lambda m: None)
+    assert agent.loaded_from is not None and agent.params is not None
+    agent.close()
+    assert files() == before
 
 
 def test_episode_outcomes_from_info_give_win_rates(tmp_path):
