@@ -43,6 +43,14 @@ class AgentError(RuntimeError):
     """The agent cannot start or was used wrongly; the message says what to do."""
 
 
+def _make_dir(path: str, flag: str) -> None:
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:  # a file in the way, no permission, a read-only disk
+        why = "a file is in the way" if os.path.isfile(path) else e.strerror
+        raise AgentError(f"{flag} {path!r} cannot be used as a directory: {why}") from None
+
+
 def space_dims(obs_space: gym.Space, action_space: gym.Space) -> tuple[int, int]:
     if not isinstance(obs_space, gym.spaces.Box):
         raise AgentError(f"observation space {obs_space} is not supported: sacbot needs a Box "
@@ -78,7 +86,7 @@ class Agent:
         self.wins: dict[str, list[bool]] = defaultdict(list)  # episodes whose env reported info["won"]
         self.recent: deque[tuple[float, bool | None]] = deque(maxlen=20)  # (return, won) of the last 20
         self.loaded_from: str | None = None
-        os.makedirs(cfg.run_dir, exist_ok=True)
+        _make_dir(cfg.run_dir, "--run-dir")
         self.heartbeat = Heartbeat(os.path.join(cfg.run_dir, "status.json"))
         self.episodes_path = os.path.join(cfg.run_dir, "episodes.jsonl")
         self.trainer: TrainingThread | None = None
@@ -145,7 +153,7 @@ class Agent:
 
     def _start_training(self) -> None:
         cfg = self.cfg
-        os.makedirs(cfg.weights_path, exist_ok=True)
+        _make_dir(cfg.weights_path, "--weights-path")
         for p in ck.remove_stale_temps(cfg.weights_path):
             self.log(f"sacbot: removed stale temp file {p}")
         had_files = bool(ck.candidates(cfg.weights_path))

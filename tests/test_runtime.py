@@ -306,6 +306,16 @@ def test_resuming_a_bot_with_other_settings_is_a_config_error_that_changes_no_fi
     assert files() == before
 
 
+@pytest.mark.parametrize("field,flag", [("run_dir", "--run-dir"), ("weights_path", "--weights-path")])
+def test_a_file_where_a_directory_should_be_is_a_clear_error(tmp_path, field, flag):
+    from sacbot.agent import AgentError
+    (tmp_path / "taken").write_text("keep me")
+    cfg = dataclasses.replace(small_cfg(tmp_path), **{field: str(tmp_path / "taken")})
+    with pytest.raises(AgentError, match=f"{flag} .*taken' cannot be used as a directory: a file is in the way"):
+        Agent(cfg, OBS_SPACE, ACT_SPACE, log=lambda m: None)
+    assert (tmp_path / "taken").read_text() == "keep me"
+
+
 def test_episode_outcomes_from_info_give_win_rates(tmp_path):
     from sacbot.agent import summary
     cfg = small_cfg(tmp_path, pace="lockstep")
