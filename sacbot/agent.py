@@ -239,6 +239,8 @@ class Agent:
     def observe(self, reward, next_obs, terminated, truncated, info: dict | None = None) -> None:
         """Record the outcome of the last act().  Ends the episode on terminated/truncated;
         a boolean ``info["won"]`` then is the episode's outcome."""
+        if self._closed:
+            raise AgentError("observe() after close()")
         if self._last_obs is None:
             raise AgentError("observe() needs a preceding act() in the same episode")
         # obs was checked in act() and the action came from the policy: only the new

@@ -72,6 +72,8 @@ def check_vector(name: str, x, dim: int, flatten: bool = False) -> np.ndarray:
 
 
 def check_reward(reward) -> float:
+    if isinstance(reward, str | bytes):  # float("1") would pass: a game loop's bug, not a reward
+        raise MessageError(f"reward must be a finite number, got {reward!r}")
     try:
         r = float(reward)
     except (TypeError, ValueError):

@@ -316,6 +316,25 @@ def test_a_file_where_a_directory_should_be_is_a_clear_error(tmp_path, field, fl
     assert (tmp_path / "taken").read_text() == "keep me"
 
 
+def test_game_loop_mistakes_are_refused_with_what_went_wrong(tmp_path):
+    from sacbot.agent import AgentError
+    agent = Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE, log=lambda m: None)
+    agent.new_episode()
+    with pytest.raises(AgentError, match="observe\\(\\) needs a preceding act\\(\\)"):
+        agent.observe(0.0, np.zeros(3), False, False)
+    agent.act(np.zeros(3))
+    for reward in ("1", b"1", None, float("inf")):
+        with pytest.raises(MessageError, match="reward must be"):
+            agent.observe(reward, np.zeros(3), False, False)
+    agent.observe(1.0, np.zeros(3), False, False)  # the refused calls left the step open
+    agent.act(np.zeros(3))
+    agent.close()
+    with pytest.raises(AgentError, match="act\\(\\) after close"):
+        agent.act(np.zeros(3))
+    with pytest.raises(AgentError, match="observe\\(\\) after close"):
+        agent.observe(0.0, np.zeros(3), False, False)
+
+
 def test_episode_outcomes_from_info_give_win_rates(tmp_path):
     from sacbot.agent import summary
     cfg = small_cfg(tmp_path, pace="lockstep")
