@@ -1,7 +1,9 @@
-"""Helpers shared by the subprocess tests."""
+"""Helpers shared by the tests."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import queue
 import threading
 import time
@@ -46,3 +48,8 @@ class StderrWatcher:
             if line is not None:
                 self.seen.append(line)
         return "".join(self.seen)
+
+
+def dir_digests(d) -> dict[str, str]:
+    """sha256 of every file in a directory, by name: to show that a step changed no file."""
+    return {f: hashlib.sha256(open(os.path.join(d, f), "rb").read()).hexdigest() for f in sorted(os.listdir(d))}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -10,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import StderrWatcher
+from helpers import StderrWatcher, dir_digests
 
 from sacbot.checkpoint import read_checkpoint
 
@@ -104,16 +103,13 @@ def test_eval_never_writes_weights_nor_touches_the_buffer(tmp_path):
                         "--learning-starts", "64", *base], capture_output=True, text=True, timeout=100)
     assert r.returncode == 0, r.stderr
 
-    def digests():
-        return {f: hashlib.sha256(open(os.path.join(w, f), "rb").read()).hexdigest() for f in sorted(os.listdir(w))}
-
-    before = digests()
+    before = dir_digests(w)
     replay_before = read_checkpoint(os.path.join(w, "sac_latest.zip"))["arrays"]["replay.obs"].copy()
     r = subprocess.run([sys.executable, "-m", "sacbot", "eval", "--episodes", "2", "--json", *base],
                        capture_output=True, text=True, timeout=100, env={**os.environ, "SACBOT_EVAL_MODE": "1"})
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["episodes"] == 2 and "EVAL MODE" in r.stderr
-    assert digests() == before
+    assert dir_digests(w) == before
     assert (read_checkpoint(os.path.join(w, "sac_latest.zip"))["arrays"]["replay.obs"] == replay_before).all()
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import sys
@@ -12,6 +11,7 @@ import threading
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import dir_digests
 
 from sacbot import policy
 from sacbot.agent import Agent
@@ -269,7 +269,7 @@ def test_eval_mode_sends_nothing_and_writes_no_weights(tmp_path):
     with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
         play(agent, 20)
     wdir = cfg.weights_path
-    before = {f: hashlib.sha256(open(os.path.join(wdir, f), "rb").read()).hexdigest() for f in os.listdir(wdir)}
+    before = dir_digests(wdir)
     ecfg = dataclasses.replace(cfg, eval_mode=True)
     agent = Agent(ecfg, OBS_SPACE, ACT_SPACE)
     assert agent.trainer is None and agent.io is None  # no learner, no writer, no queue
@@ -280,8 +280,7 @@ def test_eval_mode_sends_nothing_and_writes_no_weights(tmp_path):
     assert np.array_equal(a1, a2)  # deterministic
     agent.observe(0.0, np.zeros(3), True, False)
     agent.close()
-    after = {f: hashlib.sha256(open(os.path.join(wdir, f), "rb").read()).hexdigest() for f in os.listdir(wdir)}
-    assert after == before
+    assert dir_digests(wdir) == before
 
 
 @pytest.mark.parametrize("change", [dict(hidden=16), dict(quant="off")])
@@ -290,20 +289,16 @@ def test_resuming_a_bot_with_other_settings_is_a_config_error_that_changes_no_fi
     with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
         play(agent, 20)
     wdir = cfg.weights_path
-
-    def files():
-        return {f: hashlib.sha256(open(os.path.join(wdir, f), "rb").read()).hexdigest() for f in os.listdir(wdir)}
-
-    before = files()
+    before = dir_digests(wdir)
     key, value = next(iter(change.items()))
     with pytest.raises(ConfigError, match=f"{key} = .*this run asks for {key} = {value!r}.*Nothing in"):
         Agent(dataclasses.replace(cfg, **change), OBS_SPACE, ACT_SPACE, log=lambda m: None)
-    assert files() == before  # nothing set aside as corrupt, nothing overwritten
+    assert dir_digests(wdir) == before  # nothing set aside as corrupt, nothing overwritten
     # Eval plays the exported actor, which carries its own sizes: the flag does not matter there.
     agent = Agent(dataclasses.replace(cfg, eval_mode=True, **change), OBS_SPACE, ACT_SPACE, log=lambda m: None)
     assert agent.loaded_from is not None and agent.params is not None
     agent.close()
-    assert files() == before
+    assert dir_digests(wdir) == before
 
 
 @pytest.mark.parametrize("field,flag", [("run_dir", "--run-dir"), ("weights_path", "--weights-path")])
