@@ -126,8 +126,8 @@ class Critic(nn.Module):
 class SACLSTMLearner:
     def __init__(self, obs_dim: int, act_dim: int, cfg: Config):
         self.cfg, self.obs_dim, self.act_dim = cfg, obs_dim, act_dim
-        self.device = resolve_device(cfg.device)
-        if self.device.type == "cuda":
+        device = resolve_device(cfg.device)
+        if device.type == "cuda":
             # The deployed actor is numpy fp32 and must match this one (SPEC 11): no TF32 (it
             # made them differ by 5.4e-4 on an H200); at these sizes tensor cores buy nothing.
             # The actor's LSTM also avoids cuDNN (see QLSTM.forward).
@@ -145,7 +145,7 @@ class SACLSTMLearner:
         # workspace the training one saves (measured 560 vs 820 us per pass at h=64).
         self.target.eval()
         for m in (self.actor, self.critic, self.target):
-            m.to(self.device)
+            m.to(device)
         # What the parameters are on, not what was asked for ("cuda" becomes "cuda:0"):
         # status reports this (SPEC 11).
         self.device = next(self.actor.parameters()).device
@@ -352,16 +352,16 @@ def resolve_device(name: str) -> torch.device:
     try:
         dev = torch.device(name)
     except RuntimeError:
-        raise ConfigError(f"device = {name!r} is not accepted: expected cpu, cuda or cuda:N") from None
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise ConfigError(f"device = {name!r} is not accepted: expected cpu, cuda or cuda:N")
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError(f"device = {name!r}, but this torch build ({torch.__version__}) sees no CUDA "
-                              "GPU; use --device cpu or install a CUDA build of torch") from None
+                              "GPU; use --device cpu or install a CUDA build of torch")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise ConfigError(f"device = {name!r}, but only {torch.cuda.device_count()} CUDA device(s) "
                               f"are visible (cuda:0..cuda:{torch.cuda.device_count() - 1})")
-    elif dev.type != "cpu":
-        raise ConfigError(f"device = {name!r} is not accepted: expected cpu, cuda or cuda:N")
     return dev
 
 
