@@ -1,0 +1,21 @@
+"""Per-env hyperparameter presets, in rl-baselines3-zoo's convention: one entry per env id.
+
+``load_config`` applies the preset of the resolved env id above the defaults and below
+every setting the user gives (TOML, ``SACBOT_*`` env vars, flags).  Values are raw
+config values, checked like any other setting.
+"""
+
+from __future__ import annotations
+
+PRESETS: dict[str, dict] = {
+    # TankDuel's rewards are small next to the entropy bonus at alpha 1.0 (the global
+    # default, which suits dense-reward envs such as Pendulum-v1); 0.02 is what its
+    # runs in BENCHMARKS.md used.
+    "sacbot/TankDuel-v0": {"init_alpha": 0.02},
+}
+
+
+def preset_for(env_id: str) -> tuple[str, dict] | None:
+    """(name, values) of the preset for ``env_id``, or None when it has none."""
+    values = PRESETS.get(env_id)
+    return None if values is None else (env_id, dict(values))
