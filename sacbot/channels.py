@@ -9,7 +9,9 @@ Usage (acting side sends, training side receives)::
     ch.drops                            # {"transition": n, "other": m}
 
 Dropping the *newest* message on overflow keeps what is queued in order and costs
-the acting thread nothing but a counter increment.
+the acting thread nothing but a counter increment.  Only transitions are dropped: control
+messages (NewEpisode, Shutdown) have ``reserve`` places of their own beyond ``capacity``, since
+a lost NewEpisode would chain two episodes in the replay or skip an opponent change's clear.
 """
 
 from __future__ import annotations
@@ -21,20 +23,31 @@ from .messages import Transition
 
 
 class Channel:
-    def __init__(self, capacity: int):
-        self._q: queue.Queue = queue.Queue(maxsize=capacity)
+    def __init__(self, capacity: int, reserve: int = 64):
+        # One episode start per episode: 64 places outlast any learner pause that the
+        # transitions' own capacity does not already swallow.
+        self._q: queue.Queue = queue.Queue(maxsize=capacity + reserve)
         self._lock = threading.Lock()
         self._drops = {"transition": 0, "other": 0}
         self.capacity = capacity
 
-    def send(self, msg) -> bool:
-        """Queue ``msg`` if there is room; otherwise drop it and count.  Never blocks."""
+    def send(self, msg, control_wait: float = 5.0) -> bool:
+        """Queue ``msg`` if there is room; otherwise drop it and count.  A transition never
+        blocks and is dropped once ``capacity`` messages are queued.  A control message takes a
+        reserved place; only if the learner has let even those fill up does it wait (up to
+        ``control_wait`` s) before it is dropped and counted."""
+        is_tr = isinstance(msg, Transition)
         try:
-            self._q.put_nowait(msg)
+            if is_tr:
+                if self._q.qsize() >= self.capacity:
+                    raise queue.Full
+                self._q.put_nowait(msg)
+            else:
+                self._q.put(msg, timeout=control_wait)
             return True
         except queue.Full:
             with self._lock:
-                self._drops["transition" if isinstance(msg, Transition) else "other"] += 1
+                self._drops["transition" if is_tr else "other"] += 1
             return False
 
     def recv(self, timeout: float):
@@ -50,9 +63,6 @@ class Channel:
                 out.append(self._q.get_nowait())
             except queue.Empty:
                 return out
-
-    def qsize(self) -> int:
-        return self._q.qsize()
 
     @property
     def drops(self) -> dict[str, int]:

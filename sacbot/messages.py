@@ -54,33 +54,58 @@ class Shutdown:
 Message = Transition | NewEpisode | Shutdown
 
 
-def check_vector(name: str, x, dim: int, flatten: bool = False) -> np.ndarray:
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def check_vector(name: str, x, dim: int, shape: tuple[int, ...] | None = None) -> np.ndarray:
     """``x`` as a finite float32 vector of ``dim`` values, or a MessageError naming the problem.
-    ``flatten`` accepts any shape with ``dim`` values (a Box observation of any rank)."""
+
+    ``shape`` is the shape the caller's space promises (a Box observation of any rank); without
+    it, ``x`` must be ``(dim,)``.  Numbers only: numeric strings and complex values are refused
+    rather than converted, since ``float("1.5")`` or dropping an imaginary part would hide a bug
+    in the game loop.  Values must be finite *as float32*: 1e300 is finite in float64 but
+    becomes inf in the replay, and one inf turns every loss into NaN."""
+    want = tuple(shape) if shape is not None else (dim,)
     try:
-        a = np.asarray(x, dtype=np.float32)
+        raw = np.asarray(x)
     except (TypeError, ValueError) as e:
         raise MessageError(f"{name} is not numeric ({type(x).__name__}): {e}") from None
-    if (a.size if flatten else a.shape) != (dim if flatten else (dim,)):
-        raise MessageError(f"{name} has shape {a.shape}, expected ({dim},)"
-                           + (f" or any shape with {dim} values" if flatten else ""))
-    a = a.reshape(-1)
+    if raw.dtype.kind not in "biuf":
+        raise MessageError(f"{name} must hold real numbers (bool, int or float), got dtype {raw.dtype} "
+                           f"from {type(x).__name__}")
+    if raw.shape != want:
+        raise MessageError(f"{name} has shape {raw.shape}, expected {want}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        a = raw.astype(np.float32, copy=False).reshape(-1)
     if not np.isfinite(a).all():
         bad = np.flatnonzero(~np.isfinite(a))[:5].tolist()
-        raise MessageError(f"{name} has non-finite values at indices {bad}: {a[bad].tolist()}")
+        raise MessageError(f"{name} has non-finite values (as float32: |x| <= {_F32_MAX:.3g}) "
+                           f"at indices {bad}: {raw.reshape(-1)[bad].tolist()}")
     return a
 
 
 def check_reward(reward) -> float:
-    if isinstance(reward, str | bytes):  # float("1") would pass: a game loop's bug, not a reward
-        raise MessageError(f"reward must be a finite number, got {reward!r}")
+    """A finite reward that fits float32 (the replay's dtype), as a Python float."""
+    if isinstance(reward, str | bytes) or isinstance(reward, complex | np.complexfloating):
+        # float("1") would pass: a game loop's bug, not a reward
+        raise MessageError(f"reward must be a real number, got {reward!r}")
     try:
         r = float(reward)
     except (TypeError, ValueError):
         raise MessageError(f"reward must be a finite number, got {reward!r}") from None
-    if not np.isfinite(r):
-        raise MessageError(f"reward must be finite, got {reward!r}")
+    if not (np.isfinite(r) and abs(r) <= _F32_MAX):
+        raise MessageError(f"reward must be finite and fit float32 (|r| <= {_F32_MAX:.3g}), got {reward!r}")
     return r
+
+
+def check_flag(name: str, value) -> bool:
+    """``terminated``/``truncated``: a bool, or an integer 0/1.  ``bool("no")`` is True, so
+    strings and other objects are refused rather than guessed at."""
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer) and value in (0, 1):
+        return bool(value)
+    raise MessageError(f"{name} must be a bool (or 0/1), got {value!r}")
 
 
 def make_transition(obs, action, reward, next_obs, terminated, truncated, *, obs_dim: int,
@@ -88,7 +113,7 @@ def make_transition(obs, action, reward, next_obs, terminated, truncated, *, obs
     """Validate at the acting boundary: float32, shapes as the spaces say, finite."""
     return Transition(check_vector("obs", obs, obs_dim), check_vector("action", action, act_dim),
                       check_reward(reward), check_vector("next_obs", next_obs, obs_dim),
-                      bool(terminated), bool(truncated))
+                      check_flag("terminated", terminated), check_flag("truncated", truncated))
 
 
 # --- msgpack wire form -----------------------------------------------------------------

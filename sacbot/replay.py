@@ -174,17 +174,28 @@ class SequenceReplay:
                 "current_episode": self.current_episode, "episode_open": self._episode_open}
 
     def load(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
-        if meta["capacity"] != self.capacity:
-            raise ValueError(f"replay capacity {meta['capacity']} in the saved state, "
-                             f"{self.capacity} configured")
+        """Restore an exported buffer.  At the same capacity the rows keep their positions (a
+        resumed run samples what an uninterrupted one would); at another capacity the rows are
+        laid out oldest first and, if they do not fit, only the newest are kept."""
+        saved_cap, head, size = int(meta["capacity"]), int(meta["head"]), int(meta["size"])
+        stored = saved_cap if size == saved_cap else head
+        if not (0 <= size <= saved_cap and 0 <= head < max(saved_cap, 1) and size in (head, saved_cap)):
+            raise ValueError(f"replay meta is inconsistent: capacity {saved_cap}, head {head}, size {size}")
         self.clear()
+        if saved_cap == self.capacity:
+            order = np.arange(stored)
+            self.head, self.size = head, size
+        else:
+            oldest = (head - size) % saved_cap if size == saved_cap else 0
+            keep = min(size, self.capacity)
+            order = (oldest + np.arange(size - keep, size)) % saved_cap
+            self.head, self.size = keep % self.capacity, keep
         for k in _ARRAYS:
             a = arrays[f"replay.{k}"]
             dst = getattr(self, k)
-            if a.shape[1:] != dst.shape[1:] or len(a) > len(dst):
-                raise ValueError(f"replay.{k} has shape {a.shape}, buffer holds {dst.shape}")
-            dst[: len(a)] = a
-        self.head, self.size = int(meta["head"]), int(meta["size"])
+            if a.shape[1:] != dst.shape[1:] or len(a) != stored:
+                raise ValueError(f"replay.{k} has shape {a.shape}, expected ({stored}, *{dst.shape[1:]})")
+            dst[: len(order)] = a[order]
         self.current_episode = int(meta["current_episode"])
         self._episode_open = bool(meta["episode_open"])
         self.chunk_gen += 1

@@ -36,6 +36,25 @@ from .snapshot import WeightSnapshot
 
 
 @dataclass
+class NonFiniteError(RuntimeError):
+    """The learner produced NaN/inf (a loss, a gradient norm or a weight).  Its state is
+    poisoned: nothing of it may be published or saved.  The last published weights and the
+    last checkpoint stay as they were; the training thread stops."""
+
+
+def non_finite(arrays: dict[str, np.ndarray]) -> list[str]:
+    """Names of the float arrays that hold NaN or inf."""
+    return [k for k, a in arrays.items() if a.dtype.kind == "f" and not np.isfinite(a).all()]
+
+
+def check_finite(arrays: dict[str, np.ndarray], what: str) -> None:
+    bad = non_finite(arrays)
+    if bad:
+        raise NonFiniteError(f"{what}: non-finite values in {', '.join(bad[:5])}"
+                             + (f" and {len(bad) - 5} more" if len(bad) > 5 else ""))
+
+
+@dataclass
 class TrainingState:
     cfg: Config
     learner: SACLSTMLearner
@@ -148,6 +167,10 @@ def train_pass(state: TrainingState, offer_save: Callable[[TrainingState], bool]
         if cfg.memoryless:  # no previous action either (the learner reads every step alone)
             batch = batch._replace(prev_act0=np.zeros_like(batch.prev_act0))
         m = state.learner.update(batch)
+        bad = {k: v for k, v in m.items() if not math.isfinite(v)}
+        if bad:  # the step has already moved the weights: stop before anything leaves
+            raise NonFiniteError(f"gradient step {state.grad_steps + 1} gave non-finite "
+                                 + ", ".join(f"{k}={v}" for k, v in bad.items()))
         state.grad_steps += 1
         for k, v in m.items():
             sums[k] = sums.get(k, 0.0) + v
@@ -189,12 +212,15 @@ class TrainingThread(threading.Thread):
         self.steps_per_s = 0.0
         self.torch_threads = 0
         self.learning = False
+        self.poisoned = False  # NonFiniteError: the learner's state must never be saved
 
     def offer_save(self, state: TrainingState) -> bool:
         # Build the (large) payload only when the writer has room for it.
         if not self.save_slot.has_room():
             return False
-        return self.save_slot.offer(state.payload(self.with_replay, since=self.save_slot.held))
+        payload = state.payload(self.with_replay, since=self.save_slot.held)
+        check_finite(payload["arrays"], f"checkpoint at gradient step {state.grad_steps}")
+        return self.save_slot.offer(payload)
 
     def run(self) -> None:
         try:
@@ -219,7 +245,9 @@ class TrainingThread(threading.Thread):
                     dt = time.perf_counter() - t0
                     if line["pass_grad_steps"]:
                         self.steps_per_s = line["pass_grad_steps"] / max(dt, 1e-9)
-                    version = self.snapshot.publish(self.state.learner.export_actor())
+                    actor = self.state.learner.export_actor()
+                    check_finite(actor, "actor snapshot")  # acting keeps the last good weights
+                    version = self.snapshot.publish(actor)
                     line.update(wall_time=time.time(), policy_version=version,
                                 drops=self.inbox.drops,
                                 save_drops=self.state.save_offers_dropped)
@@ -232,6 +260,7 @@ class TrainingThread(threading.Thread):
                     break
         except BaseException as e:  # noqa: BLE001 - recorded, printed, reported at exit
             self.error = f"{type(e).__name__}: {e}"
+            self.poisoned = isinstance(e, NonFiniteError)
             print(f"sacbot: training thread failed; acting continues with the last weights:\n"
                   f"{traceback.format_exc()}", file=sys.stderr, flush=True)
             append_jsonl(self.metrics_path, {"wall_time": time.time(), "error": self.error})
@@ -260,6 +289,7 @@ class IOStats:
     errors: int = 0
     last_save: dict | None = None
     last_error: str | None = None
+    final: dict | None = None  # the final save's outcome: {"ok": bool, "path" or "error"}
 
 
 _SENTINEL = object()
@@ -299,12 +329,16 @@ class IOThread(threading.Thread):
                     self.stats.saves += 1
                     self.stats.last_save = {"path": r.path, "step": r.step, "bytes": r.bytes,
                                             "time": time.time()}
+                    if item.get("final"):
+                        self.stats.final = {"ok": True, "path": r.path, "step": r.step}
                     append_receipt(self.weights_dir, {"time": time.time(), "path": r.path, "step": r.step,
                                                       "bytes": r.bytes, "sha256": r.sha256,
                                                       "write_ms": round(r.write_ms, 2)})
                 except Exception as e:  # noqa: BLE001 - disk full, permissions: report, go on
                     self.stats.errors += 1
                     self.stats.last_error = f"{type(e).__name__}: {e}"
+                    if item.get("final"):
+                        self.stats.final = {"ok": False, "error": self.stats.last_error}
                     print(f"sacbot: checkpoint save failed ({self.stats.last_error}); "
                           "the next save will try again", file=sys.stderr, flush=True)
                     append_receipt(self.weights_dir, {"time": time.time(), "error": self.stats.last_error,

@@ -64,15 +64,33 @@ def test_bad_transitions_are_refused_at_the_boundary(kw, match):
 
 
 # --- channels -------------------------------------------------------------------------
-def test_overflow_drops_newest_and_counts_exactly():
+def test_overflow_drops_newest_transitions_and_counts_exactly():
     ch = Channel(capacity=5)
-    sent = [tr(i) for i in range(8)] + [NewEpisode("a"), NewEpisode("b")]
+    sent = [tr(i) for i in range(8)]
     accepted = [ch.send(m) for m in sent]
-    assert accepted == [True] * 5 + [False] * 5
-    assert ch.drops == {"transition": 3, "other": 2}
+    assert accepted == [True] * 5 + [False] * 3
+    assert ch.drops == {"transition": 3, "other": 0}
     kept = ch.drain()
     assert [m.obs[0] for m in kept] == [0, 1, 2, 3, 4]  # the oldest are kept, in order
     assert ch.recv(timeout=0.01) is None
+
+
+@pytest.mark.timeout(30)
+def test_episode_starts_are_never_dropped_by_a_full_queue():
+    """A NewEpisode lost to a full queue chained two episodes in the replay and could skip an
+    opponent change's clear (issue 14): control messages have reserved places."""
+    ch = Channel(capacity=5, reserve=2)
+    for i in range(5):
+        assert ch.send(tr(i))
+    assert not ch.send(tr(5))
+    assert ch.send(NewEpisode("a")) and ch.send(NewEpisode("b"))
+    assert not ch.send(tr(6))  # the reserve is for control messages only
+    assert ch.drops == {"transition": 2, "other": 0}
+    # With the reserve full too, a control message waits (bounded) and is counted, never lost
+    # silently.
+    assert not ch.send(NewEpisode("c"), control_wait=0.01) and ch.drops["other"] == 1
+    got = ch.drain()
+    assert [type(m).__name__ for m in got] == ["Transition"] * 5 + ["NewEpisode"] * 2
 
 
 def test_save_slot_drops_offers_but_never_the_final_save():
