@@ -1,9 +1,11 @@
 """One typed config.  Its fields generate the CLI flags, ``SACBOT_*`` env vars and TOML keys.
 
-Precedence, lowest to highest: defaults < TOML file < ``SACBOT_*`` env vars < flags.
-A field ``utd_ratio`` is the TOML key ``utd_ratio``, the env var ``SACBOT_UTD_RATIO``
-and the flag ``--utd-ratio``.  A bad value raises :class:`ConfigError`, which names
-the setting, the value and what is accepted; the CLI turns it into exit code 2.
+Precedence, lowest to highest: defaults < the preset of the env id (``sacbot/presets.py``)
+< TOML file < ``SACBOT_*`` env vars < flags.  A field ``utd_ratio`` is the TOML key
+``utd_ratio``, the env var ``SACBOT_UTD_RATIO`` and the flag ``--utd-ratio``.  The original
+bot's ``SACLSTM_*`` names (SPEC 15) are read as aliases of five of them.  A bad value raises
+:class:`ConfigError`, which names the setting, the value and what is accepted; the CLI
+turns it into exit code 2.
 
     cfg = load_config(toml_path="bot.toml", env=os.environ, cli={"utd_ratio": "2"})
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
 import tomllib
@@ -20,6 +23,14 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 ENV_PREFIX = "SACBOT_"
+# The original bot's variables (SPEC 15), read as aliases; a SACBOT_* name set too wins.
+ALIASES = {"SACLSTM_UTD_RATIO": "utd_ratio", "SACLSTM_BATCH_SIZE": "batch_size",
+           "SACLSTM_SAVE_INTERVAL": "save_interval", "SACLSTM_WEIGHTS_PATH": "weights_path",
+           "SACLSTM_EVAL_MODE": "eval_mode"}
+# numpy and torch both take seeds up to 2**64 - 1, and sacbot adds offsets to the seed
+# (seed + 7919, seed + 1 + updates, seed + episode); 2**63 - 1 leaves them room.
+MAX_SEED = 2**63 - 1
+log = logging.getLogger("sacbot")
 
 
 class ConfigError(ValueError):
@@ -38,7 +49,9 @@ class Config:
     env: str = _f("sacbot/TankDuel-v0", "Gymnasium env id to play (Box action space), e.g. Pendulum-v1.")
     env_kwargs: str = _f("", 'JSON object of keyword arguments for the env, e.g. '
                              '\'{"opponents": ["spinner", "walker"], "schedule": "cycle"}\'.')
-    seed: int = _f(0, "Seed for the env, replay sampling, network init and action noise.", min=0)
+    seed: int = _f(0, "Seed for the env, replay sampling, network init and action noise; at most "
+                      "2**63 - 1, which numpy and torch both take with the offsets sacbot adds.",
+                   min=0, max=MAX_SEED)
     steps: int = _f(0, "Stop after this many env steps (0: no limit).", min=0)
     episodes: int = _f(0, "Stop after this many episodes (0: no limit).", min=0)
     episodes_per_opponent: int = _f(0, "Stop once every opponent of the env's schedule has had this many "
@@ -51,26 +64,34 @@ class Config:
     eval_mode: bool = _f(False, "Eval mode: deterministic actions, nothing sent to the learner, "
                                 "nothing saved.", flag="--eval")
     run_dir: str = _f("runs/default", "Directory for status.json, metrics and episode logs.")
-    weights_path: str = _f("weights", "Directory for checkpoints and the round counter.")
+    weights_path: str = _f("weights", "Directory for checkpoints and the round counter; or, as the "
+                                      "original bot took it, the path of the newest checkpoint itself "
+                                      "(a name ending in .zip, e.g. weights/sac_latest.zip).")
     quiet: bool = _f(False, "No live progress line.")
     # --- learner -------------------------------------------------------------------
-    hidden: int = _f(64, "LSTM hidden size of actor and critic.", min=1, group="learner")
-    batch_size: int = _f(16, "Sequences per gradient step (B).", min=1, group="learner")
-    seq_len: int = _f(32, "Steps per sampled sequence (L).", min=1, group="learner")
+    # The maxima below are ceilings against typos (issue 14): past them an allocation fails
+    # with a MemoryError or torch crashes, so a clear error up front is kinder.
+    # hidden 4096: each LSTM holds 4h(h + in) weights, ~64M at 4096, times actor, critic,
+    # target and Adam's two moments: gigabytes already.
+    hidden: int = _f(64, "LSTM hidden size of actor and critic.", min=1, max=4096, group="learner")
+    batch_size: int = _f(16, "Sequences per gradient step (B).", min=1, max=4096, group="learner")
+    seq_len: int = _f(32, "Steps per sampled sequence (L).", min=1, max=1024, group="learner")
     burn_in: int = _f(0, "Steps before each sequence used only to warm the recurrent state.",
-                      min=0, group="learner")
+                      min=0, max=1024, group="learner")
     utd_ratio: float = _f(1.0, "Gradient steps per transition received; may be fractional.",
                           min=0.0, group="learner")
     learning_starts: int = _f(1000, "Transitions in the buffer before the first gradient step.",
                               min=0, group="learner")
-    buffer_size: int = _f(100_000, "Replay capacity in transitions.", min=1, group="learner")
+    # 10M rows: ~3 GB preallocated at TankDuel's 35-float observation (obs and next_obs).
+    buffer_size: int = _f(100_000, "Replay capacity in transitions (at most 10,000,000).", min=1,
+                          max=10_000_000, group="learner")
     gamma: float = _f(0.99, "Discount factor.", min=0.0, max=1.0, group="learner")
     tau: float = _f(0.005, "Polyak rate of the target critic.", min=0.0, max=1.0, group="learner")
     lr: float = _f(3e-4, "Adam learning rate of actor, critic and temperature.", min=0.0,
                    group="learner")
-    init_alpha: float = _f(0.02, "Initial entropy temperature (learned from there). 0.02 suits TankDuel, "
-                                 "whose rewards are small next to the entropy bonus; dense-reward envs such "
-                                 "as Pendulum-v1 explore better from 1.0 (SB3's default).", min=1e-8,
+    init_alpha: float = _f(1.0, "Initial entropy temperature (learned from there). 1.0 (SB3's default) "
+                                "suits dense-reward envs such as Pendulum-v1; TankDuel's preset sets 0.02, "
+                                "its rewards being small next to the entropy bonus.", min=1e-8,
                            group="learner")
     memoryless: bool = _f(False, "Control experiment: reset the recurrent state (and previous action) "
                                  "every step, in acting and in training (batch_size * seq_len sequences of 1).",
@@ -82,9 +103,12 @@ class Config:
     calib_updates: int = _f(500, "Updates observed in fp32 before fake quantization starts.",
                             min=1, group="learner")
     device: str = _f("cpu", "Torch device of the learner (cpu, cuda, cuda:N).", group="learner")
-    torch_threads: int = _f(1, "Torch intra-op threads of the learner.", min=1, group="learner")
+    # 256: torch segfaulted at 100000 (issue 14); no machine sacbot targets has more cores.
+    torch_threads: int = _f(1, "Torch intra-op threads of the learner (at most 256).", min=1, max=256,
+                            group="learner")
     # --- runtime -------------------------------------------------------------------
-    queue_size: int = _f(256, "Capacity of the acting-to-training queue.", min=1, group="runtime")
+    queue_size: int = _f(256, "Capacity of the acting-to-training queue.", min=1, max=1_000_000,
+                         group="runtime")
     opponent_policy: str = _f("clear", "Replay policy when the opponent changes.",
                               choices=("clear", "keep"), group="runtime")
     save_interval: int = _f(5000, "Offer a checkpoint every N gradient steps.", min=1,
@@ -99,6 +123,12 @@ class Config:
     def __post_init__(self):
         for f in fields(self):
             _check(f, getattr(self, f.name))
+        for name in ("run_dir", "weights_path"):
+            if not getattr(self, name).strip():
+                raise ConfigError(f"{name} = {getattr(self, name)!r} is not accepted: expected a path")
+        if self.original_layout and os.path.basename(self.weights_path) == ".zip":
+            raise ConfigError(f"weights_path = {self.weights_path!r} is not accepted: expected a directory "
+                              "or a checkpoint file name ending in .zip")
         self.env_kwargs_dict()  # validates
 
     def env_kwargs_dict(self) -> dict:
@@ -115,6 +145,45 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    # --- where files go (SPEC 13 and 15) ---------------------------------------------
+    # The original bot's weights path named the newest checkpoint itself; sacbot's names a
+    # directory.  These properties give every file's place for both, so callers never test
+    # the layout themselves.
+
+    @property
+    def original_layout(self) -> bool:
+        """weights_path names a checkpoint file (…/sac_latest.zip), as the original bot's did."""
+        return self.weights_path.lower().endswith(".zip")
+
+    @property
+    def weights_dir(self) -> str:
+        """The directory of the checkpoints, round counter and save receipts."""
+        if self.original_layout:
+            return os.path.dirname(self.weights_path) or "."
+        return self.weights_path
+
+    @property
+    def latest_name(self) -> str:
+        """File name of the newest checkpoint inside ``weights_dir``."""
+        return os.path.basename(self.weights_path) if self.original_layout else "sac_latest.zip"
+
+    @property
+    def latest_path(self) -> str:
+        return os.path.join(self.weights_dir, self.latest_name)
+
+    @property
+    def round_counter_path(self) -> str:
+        return os.path.join(self.weights_dir, "round_counter.txt")
+
+    @property
+    def metrics_path(self) -> str:
+        """``run_dir/training_metrics.jsonl``; in the original layout the weights directory's
+        parent holds it, where the original's campaign scripts read it."""
+        if self.original_layout:
+            parent = os.path.dirname(os.path.abspath(self.weights_dir))
+            return os.path.join(parent, "training_metrics.jsonl")
+        return os.path.join(self.run_dir, "training_metrics.jsonl")
 
 
 def env_name(name: str) -> str:
@@ -134,23 +203,40 @@ def _accepted(f: dataclasses.Field) -> str:
     kind = {"int": "an integer", "float": "a number", "str": "a string"}.get(str(f.type), str(f.type))
     lo, hi = m.get("min"), m.get("max")
     if lo is not None and hi is not None:
-        return f"{kind} in [{lo}, {hi}]"
+        return f"{kind} in [{_fmt(lo)}, {_fmt(hi)}]"
     if lo is not None:
-        return f"{kind} >= {lo}"
+        return f"{kind} >= {_fmt(lo)}"
     return kind
+
+
+def _fmt(x: float) -> str:
+    if x == MAX_SEED:
+        return "2**63 - 1"
+    return f"{x:,}" if isinstance(x, int) and x >= 10_000 else str(x)
+
+
+# What each field type holds once coerced; bool is an int to Python, so it is kept apart.
+_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+
+
+def _type_ok(f: dataclasses.Field, value: Any) -> bool:
+    typ = str(f.type)
+    if typ not in _TYPES:
+        return True
+    return isinstance(value, _TYPES[typ]) and (typ == "bool" or not isinstance(value, bool))
 
 
 def _check(f: dataclasses.Field, value: Any) -> None:
     m = f.metadata
-    bad = False
+    bad = not _type_ok(f, value)
     if m.get("choices") and value not in m["choices"]:
         bad = True
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if not bad and isinstance(value, (int, float)) and not isinstance(value, bool):
         if isinstance(value, float) and not math.isfinite(value):
             bad = True
-        if m.get("min") is not None and value < m["min"]:
+        elif m.get("min") is not None and value < m["min"]:
             bad = True
-        if m.get("max") is not None and value > m["max"]:
+        elif m.get("max") is not None and value > m["max"]:
             bad = True
     if bad:
         raise ConfigError(f"{f.name} = {value!r} is not accepted: expected {_accepted(f)}")
@@ -160,66 +246,165 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
-def coerce(f: dataclasses.Field, raw: Any, source: str) -> Any:
-    """Turn a raw value (string from env/flags, or a TOML value) into the field's type."""
-    typ = str(f.type)
-    try:
-        if typ == "bool":
-            if isinstance(raw, bool):
-                return raw
-            s = str(raw).strip().lower()
-            if s in _TRUE:
-                return True
-            if s in _FALSE:
-                return False
-            raise ValueError
-        if typ == "int":
-            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
-                raise ValueError
-            return int(str(raw).strip()) if isinstance(raw, str) else int(raw)
-        if typ == "float":
-            if isinstance(raw, bool):
-                raise ValueError
-            return float(raw)
-        if not isinstance(raw, str):
-            raise ValueError
+def _to_int(raw: Any) -> int:
+    if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+        raise ValueError
+    return int(raw.strip()) if isinstance(raw, str) else int(raw)
+
+
+def _to_bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
         return raw
+    s = str(raw).strip().lower()
+    if s in _TRUE | _FALSE:
+        return s in _TRUE
+    raise ValueError
+
+
+def _to_float(raw: Any) -> float:
+    if isinstance(raw, bool):
+        raise ValueError
+    return float(raw)
+
+
+def _to_str(raw: Any) -> str:
+    if not isinstance(raw, str):
+        raise ValueError
+    return raw
+
+
+_COERCE = {"bool": _to_bool, "int": _to_int, "float": _to_float, "str": _to_str}
+
+
+def _looks_like_float(raw: Any) -> bool:
+    try:
+        float(raw)
+        return isinstance(raw, str)
     except (TypeError, ValueError):
-        raise ConfigError(f"{source} = {raw!r} is not accepted: expected {_accepted(f)}") from None
+        return False
 
 
-def load_config(toml_path: str | None = None, env: Mapping[str, str] | None = None,
-                cli: Mapping[str, Any] | None = None) -> Config:
-    """Merge defaults < TOML < env < cli.  ``cli`` maps field names to raw values."""
-    by_name = {f.name: f for f in fields(Config)}
-    values: dict[str, Any] = {}
-    if toml_path:
-        try:
-            with open(toml_path, "rb") as fh:
-                doc = tomllib.load(fh)
-        except FileNotFoundError:
-            raise ConfigError(f"config file {toml_path!r} does not exist") from None
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"config file {toml_path!r} is not valid TOML: {e}") from None
-        doc = doc.get("sacbot", doc)  # allow a [sacbot] table or top-level keys
-        for key, raw in doc.items():
-            if key not in by_name:
-                raise ConfigError(f"{toml_path}: unknown key {key!r}; known keys: "
-                                  + ", ".join(sorted(by_name)))
-            values[key] = coerce(by_name[key], raw, f"{toml_path}: {key}")
-    env = os.environ if env is None else env
-    for name, f in by_name.items():
-        if env_name(name) in env:
-            values[name] = coerce(f, env[env_name(name)], env_name(name))
+def coerce(f: dataclasses.Field, raw: Any, source: str) -> Any:
+    """Turn a raw value (string from env/flags, or a TOML value) into the field's type and
+    check its range; errors name ``source`` (the flag, env var or TOML key) and the field."""
+    try:
+        value = _COERCE.get(str(f.type), _to_str)(raw)
+    except (TypeError, ValueError, OverflowError):
+        hint = ""
+        if str(f.type) == "int" and _looks_like_float(raw):
+            hint = f" written out in digits ({raw!r} reads as a fraction or an exponent)"
+        raise ConfigError(f"{source} = {raw!r} is not accepted: expected {_accepted(f)}{hint}") from None
+    try:
+        _check(f, value)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    return value
+
+
+# --- sources ----------------------------------------------------------------------------
+# Each source gives {field name: (raw value, where it came from)}; load_config layers them.
+Layer = dict[str, tuple[Any, str]]
+
+
+def _read_toml(path: str) -> dict:
+    if os.path.isdir(path):
+        raise ConfigError(f"config file {path!r} is a directory: expected a TOML file")
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path!r} does not exist") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {path!r} is not UTF-8 text ({e}): TOML files are UTF-8") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {path!r} is not valid TOML: {e}") from None
+    except OSError as e:
+        raise ConfigError(f"config file {path!r} cannot be read: {e.strerror or e}") from None
+
+
+def _toml_layer(path: str | None, by_name: Mapping[str, dataclasses.Field]) -> Layer:
+    """Keys at the top level, or all in one [sacbot] table; never both, so none is ignored."""
+    if not path:
+        return {}
+    doc = _read_toml(path)
+    if "sacbot" in doc:
+        table = doc["sacbot"]
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: sacbot = {table!r} is not accepted: expected a [sacbot] table "
+                              "of settings (or the settings as top-level keys)")
+        others = sorted(k for k in doc if k != "sacbot")
+        if others:
+            raise ConfigError(f"{path}: top-level keys {', '.join(others)} beside the [sacbot] table would be "
+                              "ignored: move them into [sacbot], or drop the table and keep all keys top-level")
+        doc = table
+    for key in doc:
+        if key not in by_name:
+            raise ConfigError(f"{path}: unknown key {key!r}; known keys: " + ", ".join(sorted(by_name)))
+    return {key: (raw, f"{path}: {key}") for key, raw in doc.items()}
+
+
+def _env_layer(env: Mapping[str, str], by_name: Mapping[str, dataclasses.Field]) -> Layer:
+    """``SACBOT_*`` names, and the original's ``SACLSTM_*`` aliases below them."""
     unknown = [k for k in env if k.startswith(ENV_PREFIX) and k[len(ENV_PREFIX):].lower()
                not in by_name and k != "SACBOT_CONFIG"]
     if unknown:
         raise ConfigError(f"unknown environment variable {unknown[0]}; known: "
                           + ", ".join(env_name(n) for n in by_name))
-    for name, raw in (cli or {}).items():
-        if raw is not None:
-            values[name] = coerce(by_name[name], raw, flag_name(by_name[name]))
-    return Config(**values)
+    layer: Layer = {}
+    for alias, name in ALIASES.items():
+        if alias not in env:
+            continue
+        if env_name(name) in env:
+            log.warning("both %s=%r and %s=%r are set; using %s (SACBOT_* names win)", alias, env[alias],
+                        env_name(name), env[env_name(name)], env_name(name))
+            continue
+        layer[name] = (env[alias], alias)
+    for name in by_name:
+        if env_name(name) in env:
+            layer[name] = (env[env_name(name)], env_name(name))
+    return layer
+
+
+def _cli_layer(cli: Mapping[str, Any] | None, by_name: Mapping[str, dataclasses.Field]) -> Layer:
+    return {name: (raw, flag_name(by_name[name])) for name, raw in (cli or {}).items() if raw is not None}
+
+
+def _preset_layer(env_id: str, given: Mapping[str, Any]) -> Layer:
+    """The preset of ``env_id`` (sacbot/presets.py), said once on the "sacbot" logger."""
+    from .presets import preset_for
+
+    found = preset_for(env_id)
+    if found is None:
+        log.info("no preset for %s: sacbot's defaults apply", env_id)
+        return {}
+    name, preset = found
+    if "env" in preset:
+        raise ConfigError(f"preset {name!r} sets env; a preset is chosen by the env and cannot change it")
+    used = {k: v for k, v in preset.items() if k not in given}
+    text = ", ".join(f"{k}={v}" for k, v in preset.items())
+    over = [k for k in preset if k in given]
+    log.info("preset for %s: %s (settings you give override it%s)", name, text,
+             f"; overridden: {', '.join(over)}" if over else "")
+    return {k: (v, f"preset {name}: {k}") for k, v in used.items()}
+
+
+def load_config(toml_path: str | None = None, env: Mapping[str, str] | None = None,
+                cli: Mapping[str, Any] | None = None) -> Config:
+    """Merge defaults < preset of the env id < TOML < env < cli.  ``cli`` maps field names to
+    raw values.  Every value given is checked, also one that a higher source overrides."""
+    by_name = {f.name: f for f in fields(Config)}
+    env = os.environ if env is None else env
+    given: dict[str, Any] = {}
+    for layer in (_toml_layer(toml_path, by_name), _env_layer(env, by_name), _cli_layer(cli, by_name)):
+        for name, (raw, source) in layer.items():
+            given[name] = coerce(by_name[name], raw, source)
+    # The env id is resolved from every source first: its preset sits under all of them.
+    preset = {}
+    for name, (raw, source) in _preset_layer(given.get("env", Config.env), given).items():
+        if name not in by_name:
+            raise ConfigError(f"{source}: unknown setting; known: " + ", ".join(sorted(by_name)))
+        preset[name] = coerce(by_name[name], raw, source)
+    return Config(**{**preset, **given})
 
 
 def add_arguments(parser, groups: tuple[str, ...] = ("run", "learner", "runtime")) -> None:

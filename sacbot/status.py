@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -17,11 +18,55 @@ def _age(t: float | None) -> str:
     return f"{s:.0f} s ago" if s < 120 else f"{s / 60:.0f} min ago"
 
 
+class MalformedStatus(ValueError):
+    """status.json holds JSON, but not a heartbeat: the message names the field."""
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_count(v) -> bool:
+    return v is None or (isinstance(v, int) and not isinstance(v, bool))
+
+
+# What each field of the heartbeat (Agent.status) must hold for the table to mean anything.
+_FIELDS = {
+    "time": (_is_num, "a number (seconds since the epoch)"),
+    "started": (lambda v: v is None or _is_num(v), "a number (seconds since the epoch)"),
+    **{k: (_is_count, "an integer") for k in ("pid", "ticks", "episodes", "policy_version",
+                                              "learner_steps", "buffer_size")},
+    "drops": (lambda v: v is None or (isinstance(v, dict) and all(map(_is_num, v.values()))),
+              "an object of counts"),
+    "last_save": (lambda v: v is None or (isinstance(v, dict) and (v.get("time") is None or _is_num(v["time"]))),
+                  "an object with a numeric time"),
+    **{k: (lambda v: v is None or isinstance(v, str), "a string") for k in ("mode", "quant_phase",
+                                                                             "last_error")},
+}
+
+
+def check_status(st) -> dict:
+    """``st`` as read from status.json, or MalformedStatus naming the first bad field."""
+    if not isinstance(st, dict):
+        raise MalformedStatus(f"holds a JSON {type(st).__name__}, expected an object")
+    if "time" not in st:
+        raise MalformedStatus("has no 'time' field")
+    for key, (ok, what) in _FIELDS.items():
+        if key in st and not ok(st[key]):
+            raise MalformedStatus(f"{key} = {st[key]!r}, expected {what}")
+    return st
+
+
 def format_status(run_dir: str) -> tuple[str, int]:
     path = os.path.join(run_dir, "status.json")
     st = read_status(path)
     if st is None:
-        return f"{run_dir}: no heartbeat ({path} missing or unreadable)", 1
+        why = "not valid JSON" if os.path.isfile(path) else "missing or unreadable"
+        return f"{run_dir}: no heartbeat ({path} {why})", 1
+    try:
+        check_status(st)
+    except MalformedStatus as e:
+        return f"{run_dir}: the heartbeat {path} is malformed: {e}", 1
     age = time.time() - float(st.get("time", 0))
     state = "STALE" if age > STALE_AFTER_S else "live"
     drops = st.get("drops") or {}

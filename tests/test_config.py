@@ -1,0 +1,181 @@
+"""Config (SPEC 9, 15; issues 14, 15, 16): sources, ceilings, the original's aliases and
+file layout, per-env presets."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from sacbot.config import MAX_SEED, Config, ConfigError, load_config
+from sacbot.envcheck import check_env
+from sacbot.presets import PRESETS, preset_for
+
+TANK = "sacbot/TankDuel-v0"
+
+
+def toml(tmp_path, text: str | bytes) -> str:
+    p = tmp_path / "bot.toml"
+    if isinstance(text, bytes):
+        p.write_bytes(text)
+    else:
+        p.write_text(text)
+    return str(p)
+
+
+# --- TOML -------------------------------------------------------------------------------
+@pytest.mark.parametrize("text,match", [
+    ("sacbot = 5\n", r"sacbot = 5 is not accepted: expected a \[sacbot\] table"),
+    ("hidden = 32\nseq_len = 8\n[sacbot]\nbatch_size = 4\n", "top-level keys hidden, seq_len beside the"),
+    (b"hidden = 32\n# \xff\xfe\n", "is not UTF-8"),
+    ("hidden = 1e10\n", r"hidden = 10000000000 is not accepted: expected an integer in \[1, 4096\]"),
+    ("hidden = 1.5\n", "hidden = 1.5 is not accepted"),
+    ("env = 5\n", "env = 5 is not accepted: expected a string"),
+    ("seed = [1]\n", r"seed = \[1\] is not accepted"),
+])
+def test_bad_toml_names_the_key_and_what_is_accepted(tmp_path, text, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(toml(tmp_path, text), {}, {})
+
+
+def test_toml_in_a_sacbot_table_or_top_level(tmp_path):
+    assert load_config(toml(tmp_path, "[sacbot]\nhidden = 32\n"), {}, {}).hidden == 32
+    assert load_config(toml(tmp_path, "hidden = 48\n"), {}, {}).hidden == 48
+
+
+def test_a_directory_as_config_file_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="is a directory: expected a TOML file"):
+        load_config(str(tmp_path), {}, {})
+
+
+# --- ceilings ---------------------------------------------------------------------------
+@pytest.mark.parametrize("flag,raw,match", [
+    ("seed", "18446744073709551615", r"--seed: seed = 18446744073709551615 .* \[0, 2\*\*63 - 1\]"),
+    ("seed", "-1", "--seed: seed = -1 is not accepted"),
+    ("hidden", "100000", r"--hidden: hidden = 100000 .* \[1, 4096\]"),
+    ("buffer_size", "1e10", r"--buffer-size = '1e10' .* \[1, 10,000,000\] written out in digits"),
+    ("buffer_size", "10000001", r"buffer_size = 10000001 is not accepted"),
+    ("torch_threads", "100000", r"--torch-threads: torch_threads = 100000 .* \[1, 256\]"),
+    ("batch_size", "99999", "batch_size = 99999 is not accepted"),
+    ("init_alpha", "nan", "init_alpha = nan is not accepted"),
+])
+def test_values_past_a_ceiling_are_config_errors(flag, raw, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(None, {}, {flag: raw})
+
+
+def test_the_ceilings_themselves_are_accepted():
+    cfg = load_config(None, {}, {"seed": str(MAX_SEED), "torch_threads": "256", "buffer_size": "10000000"})
+    assert (cfg.seed, cfg.torch_threads, cfg.buffer_size) == (MAX_SEED, 256, 10_000_000)
+
+
+@pytest.mark.parametrize("kw", [dict(hidden=64.5), dict(hidden=True), dict(env=5), dict(quiet=1),
+                                dict(weights_path=""), dict(weights_path="w/.zip")])
+def test_config_built_in_code_is_checked_too(kw):
+    with pytest.raises(ConfigError, match=next(iter(kw))):
+        Config(**kw)
+
+
+# --- the original's variables (SPEC 15, issue 16) ---------------------------------------
+def test_saclstm_aliases_are_read():
+    cfg = load_config(None, {"SACLSTM_UTD_RATIO": "0.5", "SACLSTM_BATCH_SIZE": "8",
+                             "SACLSTM_SAVE_INTERVAL": "50", "SACLSTM_EVAL_MODE": "1",
+                             "SACLSTM_WEIGHTS_PATH": "/d/weights/sac_latest.zip",
+                             "SACLSTM_SOMETHING_ELSE": "x"}, {})  # the old bot's other vars: ignored
+    assert (cfg.utd_ratio, cfg.batch_size, cfg.save_interval, cfg.eval_mode) == (0.5, 8, 50, True)
+    assert cfg.weights_path == "/d/weights/sac_latest.zip"
+
+
+def test_sacbot_names_win_over_aliases_and_say_so(caplog):
+    with caplog.at_level(logging.INFO, logger="sacbot"):
+        cfg = load_config(None, {"SACLSTM_BATCH_SIZE": "8", "SACBOT_BATCH_SIZE": "12"}, {})
+    assert cfg.batch_size == 12
+    said = [r.getMessage() for r in caplog.records if "SACLSTM_BATCH_SIZE" in r.getMessage()]
+    assert len(said) == 1 and "using SACBOT_BATCH_SIZE" in said[0], said
+
+
+def test_flags_win_over_aliases_and_a_bad_alias_names_itself():
+    assert load_config(None, {"SACLSTM_UTD_RATIO": "2"}, {"utd_ratio": "3"}).utd_ratio == 3.0
+    with pytest.raises(ConfigError, match="SACLSTM_EVAL_MODE = 'maybe'"):
+        load_config(None, {"SACLSTM_EVAL_MODE": "maybe"}, {})
+
+
+def test_file_places_in_sacbots_layout():
+    cfg = Config(weights_path="w", run_dir="r")
+    assert not cfg.original_layout
+    assert (cfg.weights_dir, cfg.latest_name) == ("w", "sac_latest.zip")
+    assert cfg.latest_path == os.path.join("w", "sac_latest.zip")
+    assert cfg.round_counter_path == os.path.join("w", "round_counter.txt")
+    assert cfg.metrics_path == os.path.join("r", "training_metrics.jsonl")
+
+
+def test_file_places_in_the_originals_layout(tmp_path):
+    cfg = Config(weights_path=str(tmp_path / "weights" / "bot.zip"), run_dir="r")
+    assert cfg.original_layout
+    assert (cfg.weights_dir, cfg.latest_name) == (str(tmp_path / "weights"), "bot.zip")
+    assert cfg.round_counter_path == str(tmp_path / "weights" / "round_counter.txt")
+    assert cfg.metrics_path == str(tmp_path / "training_metrics.jsonl")  # the weights dir's parent
+
+
+def test_a_bare_zip_name_lives_in_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = Config(weights_path="sac_latest.zip")
+    assert (cfg.weights_dir, cfg.latest_path) == (".", os.path.join(".", "sac_latest.zip"))
+    assert cfg.metrics_path == str(tmp_path.parent / "training_metrics.jsonl")
+
+
+# --- presets (issue 15) -----------------------------------------------------------------
+def test_the_default_env_gets_its_preset_and_says_so(caplog):
+    assert preset_for(TANK) is not None and Config.init_alpha == 1.0
+    with caplog.at_level(logging.INFO, logger="sacbot"):
+        cfg = load_config(None, {}, {})
+    assert cfg.env == TANK and cfg.init_alpha == PRESETS[TANK]["init_alpha"]
+    msgs = [r.getMessage() for r in caplog.records]
+    assert sum(m.startswith(f"preset for {TANK}: init_alpha=") for m in msgs) == 1, msgs
+
+
+@pytest.mark.parametrize("source", ["toml", "env", "flag"])
+def test_any_setting_given_overrides_the_preset(tmp_path, source, caplog):
+    toml_path = toml(tmp_path, "init_alpha = 0.3\n") if source == "toml" else None
+    env = {"SACBOT_INIT_ALPHA": "0.3"} if source == "env" else {}
+    cli = {"init_alpha": "0.3"} if source == "flag" else {}
+    with caplog.at_level(logging.INFO, logger="sacbot"):
+        cfg = load_config(toml_path, env, cli)
+    assert cfg.env == TANK and cfg.init_alpha == 0.3
+    assert any("overridden: init_alpha" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("source", ["toml", "env", "flag"])
+def test_the_env_id_from_any_source_chooses_the_preset(tmp_path, source):
+    """Pendulum named anywhere, even below a flag that says nothing of the env: no TankDuel preset."""
+    toml_path = toml(tmp_path, 'env = "Pendulum-v1"\n') if source == "toml" else None
+    env = {"SACBOT_ENV": "Pendulum-v1"} if source == "env" else {}
+    cli = {"env": "Pendulum-v1"} if source == "flag" else {}
+    cfg = load_config(toml_path, env, {**cli, "hidden": "32"})
+    assert cfg.env == "Pendulum-v1" and cfg.init_alpha == 1.0
+
+
+def test_an_unknown_env_gets_the_defaults(caplog):
+    assert preset_for("Pendulum-v1") is None
+    with caplog.at_level(logging.INFO, logger="sacbot"):
+        cfg = load_config(None, {}, {"env": "Pendulum-v1"})
+    defaults = Config(env="Pendulum-v1")
+    assert cfg == defaults and cfg.init_alpha == 1.0
+    assert any("no preset for Pendulum-v1" in r.getMessage() for r in caplog.records)
+
+
+def test_a_preset_with_a_bad_value_names_the_preset(monkeypatch):
+    monkeypatch.setitem(PRESETS, "Pendulum-v1", {"hidden": 0})
+    with pytest.raises(ConfigError, match="preset Pendulum-v1: hidden: hidden = 0"):
+        load_config(None, {}, {"env": "Pendulum-v1"})
+
+
+# --- the env check (issue 14) -----------------------------------------------------------
+def test_check_env_turns_a_failing_first_step_into_a_config_error():
+    check_env(Config(env="Pendulum-v1", env_kwargs='{"g": 9.81}'))
+    with pytest.raises(ConfigError, match=r"env = 'Pendulum-v1' with env_kwargs = \{\"g\": \"abc\"\} "
+                                          "fails at step: TypeError"):
+        check_env(Config(env="Pendulum-v1", env_kwargs='{"g": "abc"}'))
+    with pytest.raises(ConfigError, match="fails at make: .*Nope"):
+        check_env(Config(env="Nope-v9"))
