@@ -4,6 +4,7 @@
 id                         what
 =========================  ==========================================================
 sacbot/TankDuel-v0         the partially observable tank duel (envs/tank_duel.py)
+sacbot/TankDuelRadar-v0    the duel with only this tick's radar in the observation
 sacbot/CueMemory-v0        the smallest memory task (envs/memory.py)
 sacbot/Pendulum-P-v0       Pendulum with only the angle observed
 sacbot/Pendulum-V-v0       Pendulum with only the angular velocity observed
@@ -13,6 +14,9 @@ sacbot/Pendulum-V-v0       Pendulum with only the angular velocity observed
 from gymnasium.envs.registration import register, registry
 
 
+# Installed, this folder is the package ``sacbot.envs`` (pyproject.toml's package-dir: a
+# top-level ``envs`` would clash with other projects'); entry points follow whatever name
+# this module was imported under.
 def _register(id_, **kw):
     if id_ not in registry:
         register(id=id_, **kw)
@@ -22,8 +26,12 @@ def _register(id_, **kw):
 # is the easiest duel, against sitting_duck, with the gun aimed relative to the last-seen
 # bearing (gun_control="aim"), so `sacbot run` shows learning out of the box; other opponents,
 # schedules and the raw gun turn come through kwargs (--env-kwargs).
-_register("sacbot/TankDuel-v0", entry_point="envs.tank_duel:TankDuel",
+_register("sacbot/TankDuel-v0", entry_point=f"{__name__}.tank_duel:TankDuel",
           kwargs={"opponents": ("sitting_duck",), "schedule": "fixed", "gun_control": "aim"})
-_register("sacbot/CueMemory-v0", entry_point="envs.memory:CueMemory", max_episode_steps=50)
-_register("sacbot/Pendulum-P-v0", entry_point="envs.pomdp:pendulum_p", max_episode_steps=200)
-_register("sacbot/Pendulum-V-v0", entry_point="envs.pomdp:pendulum_v", max_episode_steps=200)
+# The duel where memory is needed: only what the radar sees this tick, the gun turned directly.
+_register("sacbot/TankDuelRadar-v0", entry_point=f"{__name__}.tank_duel:TankDuel",
+          kwargs={"opponents": ("sitting_duck",), "schedule": "fixed", "gun_control": "turn",
+                  "observation": "radar"})
+_register("sacbot/CueMemory-v0", entry_point=f"{__name__}.memory:CueMemory", max_episode_steps=50)
+_register("sacbot/Pendulum-P-v0", entry_point=f"{__name__}.pomdp:pendulum_p", max_episode_steps=200)
+_register("sacbot/Pendulum-V-v0", entry_point=f"{__name__}.pomdp:pendulum_v", max_episode_steps=200)

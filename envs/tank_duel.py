@@ -62,6 +62,28 @@ sightings, as a player would remember them:
        (closest approach within 18) / 3, capped at 1
 =====  ==========================================================================
 
+``observation="radar"`` (registered as ``sacbot/TankDuelRadar-v0``) is the duel where memory is
+needed: the observation holds only what the tank knows of itself and what the radar sees *this
+tick*; nothing about the enemy survives a tick out of the arc (no last-seen fields, dead
+reckoning or bullets on course).  Its gun is turned directly (``gun_control="turn"``): the aim
+mode steers by the env's own memory of the last sighting.  Its 32 values:
+
+=====  ==========================================================================
+0-10   as above: own position, heading, speed, energy, gun, heat, radar heading
+11     1 if the enemy is in the radar arc this tick; 12-23 are 0 when it is not
+12-13  offset to the enemy, dx / 800, dy / 600
+14     distance / 500 - 1
+15-16  sin, cos of the bearing to the enemy relative to the gun
+17-18  sin, cos of that bearing relative to the body
+19-20  sin, cos of the enemy's heading
+21     the gun's bearing error in target radii, clipped to [-1.5, 1.5] (as 35 above)
+22     enemy speed / 8
+23     enemy energy / 50 - 1
+24-27  distance to the left, right, bottom, top wall / 400 - 1
+28-30  this tick's events: hit by a bullet, our bullet hit, we hit a wall
+31     fraction of the episode left * 2 - 1
+=====  ==========================================================================
+
 Opponents are scripted with stable names (see ``OPPONENTS``) and are chosen per episode
 by ``schedule``: ``fixed`` (the first name), ``cycle`` or ``random``;
 ``reset(options={"episode_index": k})`` pins the position in the schedule.  ``info["opponent"]``
@@ -83,6 +105,7 @@ RADAR_HALF_ARC = math.radians(20.0)
 GUN_RATE = math.radians(20.0)
 AIM_OFFSET = math.radians(30.0)
 OBS_DIM = 37
+RADAR_OBS_DIM = 32
 
 
 def _wrap(a: float) -> float:
@@ -174,7 +197,8 @@ class TankDuel(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
 
     def __init__(self, opponents=("sitting_duck", "spinner", "walker", "tracker"), schedule: str = "cycle",
-                 max_ticks: int = 600, render_mode: str | None = None, gun_control: str = "turn"):
+                 max_ticks: int = 600, render_mode: str | None = None, gun_control: str = "turn",
+                 observation: str = "full"):
         if isinstance(opponents, str):
             opponents = (opponents,)
         unknown = [o for o in opponents if o not in OPPONENTS]
@@ -184,12 +208,20 @@ class TankDuel(gym.Env):
             raise ValueError(f"schedule must be fixed, cycle or random, got {schedule!r}")
         if gun_control not in ("turn", "aim"):
             raise ValueError(f"gun_control must be 'turn' or 'aim', got {gun_control!r}")
-        self.gun_control = gun_control
+        if observation not in ("full", "radar"):
+            raise ValueError(f"observation must be 'full' or 'radar', got {observation!r}")
+        if observation == "radar" and gun_control == "aim":
+            # The aim mode slews the gun to the env's estimate from the last sighting: memory
+            # held by the env, which the radar observation exists to leave to the learner.
+            raise ValueError("observation='radar' needs gun_control='turn': the aim mode steers by the "
+                             "env's memory of the last sighting")
+        self.gun_control, self.observation = gun_control, observation
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.opponents, self.schedule, self.max_ticks = tuple(opponents), schedule, int(max_ticks)
         self.render_mode = render_mode
-        self.observation_space = gym.spaces.Box(-1.5, 1.5, (OBS_DIM,), np.float32)
+        dim = RADAR_OBS_DIM if observation == "radar" else OBS_DIM
+        self.observation_space = gym.spaces.Box(-1.5, 1.5, (dim,), np.float32)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
         self._episode = -1
 
@@ -359,6 +391,8 @@ class TankDuel(gym.Env):
                 min(max(y + v * t * math.cos(h), RADIUS), H - RADIUS))
 
     def _obs(self) -> np.ndarray:
+        if self.observation == "radar":
+            return self._radar_obs()
         me = self.me
         seen_now = 1.0 if self._seen_tick == self.tick else 0.0
         if self._seen is None:
@@ -410,6 +444,29 @@ class TankDuel(gym.Env):
         ], dtype=np.float32)
         np.minimum(obs, 1.5, out=obs)
         return np.maximum(obs, -1.5, out=obs)
+
+    def _radar_obs(self) -> np.ndarray:
+        """What the tank knows of itself and what the radar sees this tick, nothing older."""
+        me, en = self.me, self.enemy
+        seen = np.zeros(13)
+        if self.in_radar_arc():
+            dx, dy = en.x - me.x, en.y - me.y
+            dist = math.hypot(dx, dy)
+            b = math.atan2(dx, dy)
+            rel_gun, rel_body = _wrap(b - me.gun), _wrap(b - me.heading)
+            aim = max(-1.5, min(1.5, rel_gun / math.atan2(RADIUS, max(dist, RADIUS))))
+            seen[:] = (1.0, dx / W, dy / H, dist / 500 - 1, math.sin(rel_gun), math.cos(rel_gun),
+                       math.sin(rel_body), math.cos(rel_body), math.sin(en.heading), math.cos(en.heading),
+                       aim, en.v / MAX_SPEED, en.energy / 50 - 1)
+        obs = np.concatenate((
+            [me.x / (W / 2) - 1, me.y / (H / 2) - 1, math.sin(me.heading), math.cos(me.heading),
+             me.v / MAX_SPEED, me.energy / 50 - 1, math.sin(me.gun), math.cos(me.gun), min(me.heat / 1.6, 1.0),
+             math.sin(me.radar), math.cos(me.radar)],
+            seen,
+            [me.x / 400 - 1, (W - me.x) / 400 - 1, me.y / 400 - 1, (H - me.y) / 400 - 1, *self._events,
+             (1 - self.tick / self.max_ticks) * 2 - 1],
+        )).astype(np.float32)
+        return np.clip(obs, -1.5, 1.5, out=obs)
 
     # --- rendering ---------------------------------------------------------------------
     def render(self):

@@ -12,6 +12,8 @@ PRESETS: dict[str, dict] = {
     # default, which suits dense-reward envs such as Pendulum-v1); 0.02 is what its
     # runs in BENCHMARKS.md used.
     "sacbot/TankDuel-v0": {"init_alpha": 0.02},
+    # The same rewards, so the same temperature; only the observation differs.
+    "sacbot/TankDuelRadar-v0": {"init_alpha": 0.02},
 }
 
 
