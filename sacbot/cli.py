@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import signal
 import sys
@@ -54,9 +55,6 @@ class _Signals:
 
 
 def cmd_run(args, eval_mode: bool) -> int:
-    from .agent import AgentError, summary
-    from .driver import drive
-
     cfg = from_args(args)
     if eval_mode or cfg.eval_mode:
         cfg = dataclasses.replace(cfg, eval_mode=True)
@@ -64,6 +62,13 @@ def cmd_run(args, eval_mode: bool) -> int:
             cfg = dataclasses.replace(cfg, quiet=True)
         if not cfg.episodes and not cfg.steps and not cfg.episodes_per_opponent:
             cfg = dataclasses.replace(cfg, episodes=10)
+    from .envcheck import check_env
+
+    check_env(cfg)  # a bad env kwarg is a config error before anything is written (issue 14)
+    # Imported after the checks: torch takes seconds to import, a bad setting should not wait.
+    from .agent import AgentError, summary
+    from .driver import drive
+
     stop = threading.Event()
     _Signals(stop).install()
     try:
@@ -129,11 +134,45 @@ def cmd_status(args) -> int:
     return print_status(args.run_dir)
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time, so a redirected stderr is honoured."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):
+        pass
+
+
+def setup_logging(level: int = logging.INFO) -> logging.Logger:
+    """The "sacbot" logger to stderr as ``sacbot: message``; calling it again adds nothing."""
+    logger = logging.getLogger("sacbot")
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        h = _StderrHandler()
+        h.setFormatter(logging.Formatter("sacbot: %(message)s"))
+        logger.addHandler(h)
+    logger.setLevel(level)
+    return logger
+
+
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["runner"]:  # its own parser: everything after -- goes to the bots
         from .runner import main as runner_main
         return runner_main(argv[1:])
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        # SIGINT before cmd_run installs its handler (imports, config, env check): no agent
+        # exists yet, so nothing needs a save; one line instead of a traceback.
+        print("sacbot: interrupted during start-up; nothing was saved", file=sys.stderr)
+        return 128 + signal.SIGINT
+
+
+def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.cmd in ("run", "eval"):

@@ -163,3 +163,112 @@ def test_exact_resume_after_sigterm_matches_an_uninterrupted_run(tmp_path):
     assert ca["meta"]["env_steps"] == cb["meta"]["env_steps"] == n + m
     for entry in ("model.msgpack.zst", "optimizer.msgpack.zst"):
         assert ca["manifest"]["entries"][entry]["sha256"] == cb["manifest"]["entries"][entry]["sha256"], entry
+
+
+# --- issue 14, items 7 and 8: a clear error (exit 2 for settings, 1 for the rest), no traceback ---
+def cli(tmp_path, *args, env=None, cwd=None):
+    p = subprocess.run(SACBOT + list(args), capture_output=True, text=True, timeout=60,
+                       env={**os.environ, **(env or {})}, cwd=cwd)
+    assert "Traceback" not in p.stderr and "Traceback" not in p.stdout, p.stderr
+    return p
+
+
+def _toml_file(tmp_path, data: bytes) -> str:
+    p = tmp_path / "bot.toml"
+    p.write_bytes(data)
+    return str(p)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("make_args,needle", [
+    (lambda t: ["--config", str(t)], "is a directory: expected a TOML file"),
+    (lambda t: ["--config", _toml_file(t, b"hidden = 32 # \xff\n")], "is not UTF-8"),
+    (lambda t: ["--config", _toml_file(t, b"sacbot = 5\n")], "sacbot = 5 is not accepted: expected a [sacbot] table"),
+    (lambda t: ["--config", _toml_file(t, b"hidden = 32\n[sacbot]\nseq_len = 8\n")],
+     "top-level keys hidden beside the [sacbot] table"),
+    (lambda t: ["--seed", "18446744073709551615"], "seed = 18446744073709551615 is not accepted: expected an "
+                                                    "integer in [0, 2**63 - 1]"),
+    (lambda t: ["--hidden", "100000"], "hidden = 100000 is not accepted: expected an integer in [1, 4096]"),
+    (lambda t: ["--buffer-size", "1e10"], "--buffer-size = '1e10' is not accepted: expected an integer in "
+                                          "[1, 10,000,000] written out in digits"),
+    (lambda t: ["--config", _toml_file(t, b"buffer_size = 1e10\n")],
+     "buffer_size = 10000000000 is not accepted: expected an integer in [1, 10,000,000]"),
+    (lambda t: ["--torch-threads", "100000"], "torch_threads = 100000 is not accepted: expected an integer in "
+                                              "[1, 256]"),
+])
+def test_bad_settings_exit_2_with_one_clear_line(tmp_path, make_args, needle):
+    p = cli(tmp_path, *run_args(tmp_path, *make_args(tmp_path)))
+    assert p.returncode == 2 and needle in p.stderr, p.stderr
+    assert not (tmp_path / "w").exists() and not (tmp_path / "run").exists()  # nothing written
+
+
+@pytest.mark.timeout(60)
+def test_a_bad_env_kwarg_is_a_config_error_before_any_checkpoint(tmp_path):
+    p = cli(tmp_path, *run_args(tmp_path, "--env", "Pendulum-v1", "--env-kwargs", '{"g": "abc"}'))
+    assert p.returncode == 2, p.stderr
+    assert "env = 'Pendulum-v1' with env_kwargs = {\"g\": \"abc\"} fails at step: TypeError" in p.stderr
+    assert not (tmp_path / "w").exists()  # before: a step-0 checkpoint, then a TypeError traceback
+
+
+@pytest.mark.timeout(60)
+def test_the_originals_variables_lose_to_sacbots_and_say_so(tmp_path):
+    p = cli(tmp_path, *run_args(tmp_path, "--pace", "warp"),
+            env={"SACLSTM_UTD_RATIO": "2", "SACBOT_UTD_RATIO": "3", "SACLSTM_OTHER": "ignored"})
+    assert p.returncode == 2 and "pace = 'warp'" in p.stderr
+    assert ("sacbot: both SACLSTM_UTD_RATIO='2' and SACBOT_UTD_RATIO='3' are set; using SACBOT_UTD_RATIO "
+            "(SACBOT_* names win)") in p.stderr.splitlines()
+
+
+@pytest.mark.timeout(60)
+def test_run_says_which_preset_it_applied(tmp_path):
+    # The env check then refuses the kwargs, so nothing heavier than the config runs.
+    bad = ["--env-kwargs", '{"opponents": ["nobody"]}']
+    p = cli(tmp_path, *run_args(tmp_path, "--env", "sacbot/TankDuel-v0", *bad))
+    assert p.returncode == 2
+    assert "sacbot: preset for sacbot/TankDuel-v0: init_alpha=0.02 (settings you give override it)" \
+        in p.stderr.splitlines(), p.stderr
+    p = cli(tmp_path, *run_args(tmp_path, "--env", "Pendulum-v1", "--env-kwargs", '{"g": "abc"}'))
+    assert "sacbot: no preset for Pendulum-v1: sacbot's defaults apply" in p.stderr.splitlines()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("content,needle", [
+    ("[1, 2, 3]", "holds a JSON list, expected an object"),
+    ('{"time": "yesterday"}', "time = 'yesterday', expected a number"),
+    ('{"time": 1e9, "episodes": "many"}', "episodes = 'many', expected an integer"),
+    ('{"time": 1e9, "drops": [1]}', "drops = [1], expected an object of counts"),
+    ('{"time": 1e9, "last_save": "now"}', "last_save = 'now'"),
+    ("{not json", "not valid JSON"),
+])
+def test_status_on_a_malformed_heartbeat_exits_1_and_says_why(tmp_path, content, needle):
+    (tmp_path / "status.json").write_text(content)
+    p = cli(tmp_path, "status", str(tmp_path))
+    assert p.returncode == 1 and needle in p.stdout, p.stdout
+
+
+@pytest.mark.timeout(60)
+def test_sigint_during_start_up_exits_130_with_one_line(tmp_path):
+    """SIGINT while the config is read (here from a FIFO that the test holds open without
+    writing, so the child is certainly still starting up): one line, exit 130."""
+    fifo = tmp_path / "bot.toml"
+    os.mkfifo(fifo)
+    p = subprocess.Popen(SACBOT + run_args(tmp_path, "--config", str(fifo)), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    fd = None
+    try:
+        deadline = time.monotonic() + 30
+        while fd is None:  # ENXIO until the child has the FIFO open for reading
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                assert p.poll() is None and time.monotonic() < deadline, "the child never opened the config"
+                time.sleep(0.01)  # polling for the child to reach the read; not a synchronisation stand-in
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+        if fd is not None:
+            os.close(fd)
+    assert p.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert err.strip().splitlines() == ["sacbot: interrupted during start-up; nothing was saved"]
