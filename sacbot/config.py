@@ -416,7 +416,8 @@ def add_arguments(parser, groups: tuple[str, ...] = ("run", "learner", "runtime"
         for f in fields(Config):
             if f.metadata["group"] != g:
                 continue
-            help_ = f"{f.metadata['doc']} (env {env_name(f.name)}; default {f.default!r})"
+            alias = "".join(f" or {k}" for k, v in ALIASES.items() if v == f.name)
+            help_ = f"{f.metadata['doc']} (env {env_name(f.name)}{alias}; default {f.default!r})"
             if str(f.type) == "bool":  # --quiet / --no-quiet; None keeps lower sources
                 grp.add_argument(flag_name(f), dest=f.name, default=None,
                                  action=argparse.BooleanOptionalAction, help=help_)

@@ -179,3 +179,14 @@ def test_check_env_turns_a_failing_first_step_into_a_config_error():
         check_env(Config(env="Pendulum-v1", env_kwargs='{"g": "abc"}'))
     with pytest.raises(ConfigError, match="fails at make: .*Nope"):
         check_env(Config(env="Nope-v9"))
+
+
+def test_help_names_the_originals_alias_beside_sacbots_variable():
+    import argparse
+
+    from sacbot.config import add_arguments
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    text = " ".join(p.format_help().split())
+    assert "env SACBOT_EVAL_MODE or SACLSTM_EVAL_MODE;" in text and "env SACBOT_HIDDEN;" in text
