@@ -115,25 +115,15 @@ class Agent:
                               f"{self.cfg.weights_path!r} was changed.") from None
 
     def _pretrained(self):
-        """A fresh clone has no checkpoint of its own: eval then plays the bot shipped in
-        weights/pretrained/ for this env, saying so."""
-        d = os.path.join(self.cfg.weights_path, "pretrained")
-        for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
-            path = os.path.join(d, name)
-            if not name.endswith(".zip"):
-                continue
-            try:
-                c = ck.read_checkpoint(path, entries=("actor",))
-                if c["manifest"].get("config", {}).get("env") != self.cfg.env:
-                    continue
-                ck.check_shapes(c, self._expect(training=False), path)
-            except ck.CheckpointError as e:
-                self.log(f"sacbot: pretrained bot {path} is not usable: {e}")
-                continue
+        """No checkpoint of your own: eval then plays a pretrained bot for this env (one in
+        <weights>/pretrained/, else the one shipped in the package), saying so."""
+        from . import pretrained  # here, not at the top: only eval of a fresh weights path needs it
+
+        found = pretrained.find(self.cfg.env, self._expect(training=False), self.log, self.cfg.weights_path)
+        if found:
             self.log(f"sacbot: no checkpoint of your own in {self.cfg.weights_path!r}; evaluating the "
-                     f"pretrained bot {path} (provenance in {d}/README.md)")
-            return c, path
-        return None
+                     f"pretrained bot {found[1]} (provenance in {pretrained.provenance(found[1])})")
+        return found
 
     def _start_eval(self) -> None:
         # Actor-only load: eval reads the deployable actor export and the manifest, nothing else.

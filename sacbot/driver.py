@@ -27,7 +27,7 @@ from .config import Config
 
 
 def make_env(env_id: str, render_mode: str | None = None, kwargs: dict | None = None) -> gym.Env:
-    import envs  # noqa: F401 - registers sacbot's envs
+    from . import envs  # noqa: F401 - registers sacbot's envs (the repo's envs/, installed as sacbot.envs)
 
     try:
         env = gym.make(env_id, render_mode=render_mode, **(kwargs or {}))

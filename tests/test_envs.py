@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs  # noqa: F401 - registers
-from envs.tank_duel import RADIUS, TankDuel, bullet_damage
+import sacbot.envs  # noqa: F401 - registers
+from sacbot.envs.tank_duel import RADIUS, TankDuel, bullet_damage
 
 IDS = ["sacbot/TankDuel-v0", "sacbot/CueMemory-v0", "sacbot/Pendulum-P-v0", "sacbot/Pendulum-V-v0"]
 
@@ -268,7 +268,7 @@ def test_gif_tool_plays_the_shipped_bot_in_the_duel_it_trained_in(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = tmp_path / "duel.gif"
     r = subprocess.run([sys.executable, os.path.join(root, "tools", "render_episode.py"), "--weights",
-                        os.path.join(root, "weights", "pretrained", "tankduel.zip"), "--seed", "0",
+                        os.path.join(root, "sacbot", "bots", "tankduel.zip"), "--seed", "0",
                         "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "won against sitting_duck" in r.stdout  # aim mode from its manifest: it wins this seed

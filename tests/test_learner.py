@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from envs.memory import CueMemory
 from sacbot import policy
 from sacbot.config import Config
+from sacbot.envs.memory import CueMemory
 from sacbot.quant import QLSTM, QUANTIZING, QLinear
 from sacbot.replay import SequenceReplay
 from sacbot.sac import SACLSTMLearner, tanh_log_prob

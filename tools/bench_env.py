@@ -17,7 +17,7 @@ import time
 import gymnasium as gym
 import numpy as np
 
-import envs  # noqa: F401
+import sacbot.envs  # noqa: F401
 
 
 def rate(env, steps: int, seed: int) -> float:
@@ -36,7 +36,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=50_000)
     p.add_argument("--rounds", type=int, default=5)
     a = p.parse_args()
-    from envs.tank_duel import TankDuel
+    from sacbot.envs.tank_duel import TankDuel
 
     res: dict[str, list[float]] = {"tankduel_raw": [], "tankduel_gym_make": [], "pendulum_gym_make": []}
     for r in range(a.rounds):

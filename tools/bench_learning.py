@@ -26,7 +26,7 @@ import numpy as np
 def evaluate_actor(arrays, env_id: str, episodes: int, seed: int) -> float:
     import gymnasium as gym
 
-    import envs  # noqa: F401
+    import sacbot.envs  # noqa: F401
     from sacbot import policy
 
     params = policy.build_params(arrays)

@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import envs  # noqa: E402,F401 - registers TankDuel
+import sacbot.envs  # noqa: E402,F401 - registers TankDuel
 from sacbot import checkpoint as ck  # noqa: E402
 from sacbot import policy  # noqa: E402
 

@@ -35,7 +35,7 @@ def main() -> int:
         return 2
     import gymnasium as gym
 
-    import envs  # noqa: F401 - registers TankDuel
+    import sacbot.envs  # noqa: F401 - registers TankDuel
     from sacbot import policy
     from sacbot.checkpoint import CheckpointError, load_actor, read_checkpoint
 

@@ -1,0 +1,122 @@
+"""The package outside its repo: the wheel's contents, the shipped pretrained bot found through
+importlib.resources, and (slow) a fresh venv that installs the wheel and evaluates the bot from an
+empty directory."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from sacbot.config import Config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# What a build must not see: the dev venv, run outputs, local checkpoints and old build trees
+# (setuptools reuses build/lib, so a module deleted from the tree could still reach the wheel).
+_NOT_SOURCE = shutil.ignore_patterns(".venv", ".git", "build", "dist", "runs", "weights", "*.egg-info",
+                                     "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache")
+
+
+def build_wheel(tmp_path) -> str:
+    """``pip wheel .`` on a copy of the source tree, so the working tree gets no build/ or
+    egg-info; returns the wheel's path."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=_NOT_SOURCE)
+    try:
+        import setuptools  # noqa: F401 - present: build with it, no registry round trip
+        isolation = ["--no-build-isolation"]
+    except ImportError:
+        isolation = []
+    out = tmp_path / "dist"
+    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", str(out),
+                        str(src)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    (wheel,) = out.glob("sacbot-*.whl")
+    return str(wheel)
+
+
+@pytest.mark.timeout(300)
+def test_the_wheel_holds_sacbot_its_envs_and_the_pretrained_bot_and_no_top_level_envs(tmp_path):
+    wheel = zipfile.ZipFile(build_wheel(tmp_path))
+    names = set(wheel.namelist())
+    for want in ("sacbot/cli.py", "sacbot/pretrained.py", "sacbot/bots/tankduel.zip", "sacbot/bots/README.md",
+                 "sacbot/envs/__init__.py", "sacbot/envs/tank_duel.py", "sacbot/envs/memory.py"):
+        assert want in names, want
+    # A top-level "envs" would overwrite any other project's envs package in a user's environment.
+    assert not [n for n in names if n.startswith("envs/")]
+    top = next(n for n in names if n.endswith(".dist-info/top_level.txt"))
+    assert wheel.read(top).decode().split() == ["sacbot"]
+
+
+def test_eval_from_any_directory_plays_the_bot_shipped_in_the_package(tmp_path, monkeypatch):
+    from sacbot.agent import Agent
+    from sacbot.driver import make_env
+
+    monkeypatch.chdir(tmp_path)  # no ./weights, no ./weights/pretrained
+    cfg = dataclasses.replace(Config(), eval_mode=True, run_dir=str(tmp_path / "run"))
+    env = make_env(cfg.env)
+    logs: list[str] = []
+    agent = Agent(cfg, env.observation_space, env.action_space, log=logs.append)
+    try:
+        assert agent.loaded_from is not None
+        assert os.path.samefile(agent.loaded_from, os.path.join(ROOT, "sacbot", "bots", "tankduel.zip"))
+        assert any("pretrained bot" in m and "README.md" in m for m in logs)
+        assert agent.policy_version == 88002  # the shipped bot's step (sacbot/bots/README.md)
+    finally:
+        agent.close()
+        env.close()
+
+
+def test_a_bot_in_weights_pretrained_comes_before_the_shipped_one_and_a_bad_one_is_skipped(tmp_path):
+    from sacbot import pretrained
+
+    local = tmp_path / "weights" / "pretrained"
+    local.mkdir(parents=True)
+    (local / "a_broken.zip").write_bytes(b"not a zip")
+    shutil.copy(os.path.join(ROOT, "sacbot", "bots", "tankduel.zip"), local / "b_mine.zip")
+    logs: list[str] = []
+    found = pretrained.find("sacbot/TankDuel-v0", {}, logs.append, str(tmp_path / "weights"))
+    assert found is not None and found[1] == str(local / "b_mine.zip")
+    assert any("a_broken.zip is not usable" in m for m in logs)
+    assert pretrained.find("Pendulum-v1", {}, logs.append, str(tmp_path / "weights")) is None  # not its env
+
+
+def _clean_env() -> dict:
+    # The fresh venv must see only what it installed: no PYTHONPATH into the repo, no active venv.
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_wheel_in_a_fresh_venv_evaluates_the_pretrained_bot_from_an_empty_directory(tmp_path):
+    """The acceptance test of issue 16: wheel, fresh venv (no system site-packages, so a missing
+    dependency fails), `sacbot eval --episodes 2` from an empty directory.  About 30 s on the
+    2-core machine (torch==2.13.0 comes from the local CPU wheel, pinned by the wheel itself)."""
+    wheel = build_wheel(tmp_path)
+    venv = tmp_path / "venv"
+    env = _clean_env()
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120, env=env)
+        # --no-compile: byte-compiling torch's files takes most of the install time otherwise.
+        p = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile", wheel],
+                           capture_output=True, text=True, timeout=420, env=env)
+        assert p.returncode == 0, p.stderr[-3000:]
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        p = subprocess.run([str(venv / "bin" / "sacbot"), "eval", "--episodes", "2"], cwd=empty,
+                           capture_output=True, text=True, timeout=120, env=env)
+        assert p.returncode == 0, p.stderr
+        site = str(venv / "lib")
+        assert "evaluating the pretrained bot " + site in p.stderr  # from the installed package
+        assert "eval: 2 episodes" in p.stdout and "won" in p.stdout
+        assert os.listdir(empty) == ["runs"]  # eval saved nothing: only its run logs
+        p = subprocess.run([str(venv / "bin" / "python"), "-c", "import envs"], cwd=empty,
+                           capture_output=True, text=True, timeout=60, env=env)
+        assert p.returncode != 0 and "No module named 'envs'" in p.stderr
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)  # ~0.9 GB: pytest keeps the last three tmp dirs
