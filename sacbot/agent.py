@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from collections import defaultdict, deque
 
@@ -34,9 +35,10 @@ from . import policy
 from .channels import Channel, SaveSlot
 from .config import Config, ConfigError
 from .liveness import Heartbeat, RoundCounter
-from .messages import MessageError, NewEpisode, Transition, check_reward, check_vector
+from .lock import LockHeld, WriterLock
+from .messages import MessageError, NewEpisode, Transition, check_flag, check_reward, check_vector
 from .snapshot import SnapshotReader, WeightSnapshot
-from .training import IOThread, TrainingState, TrainingThread, append_jsonl, handle_message
+from .training import IOThread, TrainingState, TrainingThread, append_jsonl, check_finite, handle_message
 
 
 class AgentError(RuntimeError):
@@ -80,16 +82,23 @@ class Agent:
         self._last_obs: np.ndarray | None = None
         self._last_action: np.ndarray | None = None
         self._ep_return, self._ep_len = 0.0, 0
-        self._act_ns: list[int] = []
+        self._latency = LatencyWindow()
+        # One game loop at a time: the thread that starts an episode owns it until the next
+        # new_episode(), and overlapping calls are refused (two loops would interleave two games
+        # into one episode's transitions).
+        self._calls = threading.Lock()
+        self._owner: int | None = None
         self.opponent = ""
         self.results: dict[str, list[float]] = defaultdict(list)
         self.wins: dict[str, list[bool]] = defaultdict(list)  # episodes whose env reported info["won"]
         self.recent: deque[tuple[float, bool | None]] = deque(maxlen=20)  # (return, won) of the last 20
         self.loaded_from: str | None = None
+        self.final_save: dict | None = None  # set by close(): {"ok": bool, "path" or "error"}
         _make_dir(cfg.run_dir, "--run-dir")
         self.heartbeat = Heartbeat(os.path.join(cfg.run_dir, "status.json"))
         self.episodes_path = os.path.join(cfg.run_dir, "episodes.jsonl")
         self.trainer: TrainingThread | None = None
+        self.writer_lock: WriterLock | None = None
         self.io: IOThread | None = None
         if self.eval_mode:
             self.log("sacbot: EVAL MODE: deterministic actions; nothing is sent to a learner "
@@ -104,7 +113,7 @@ class Agent:
         """What a checkpoint must match.  Eval plays the exported actor, which carries its own
         sizes, so only the env's spaces must fit; training resumes the whole learner."""
         spaces = {"obs_dim": self.obs_dim, "act_dim": self.act_dim}
-        return {**spaces, "hidden": self.cfg.hidden, "quant": self.cfg.quant} if training else spaces
+        return {**self.cfg.to_dict(), **spaces} if training else spaces
 
     def _load_latest(self, **kw):
         try:
@@ -144,35 +153,37 @@ class Agent:
     def _start_training(self) -> None:
         cfg = self.cfg
         _make_dir(cfg.weights_path, "--weights-path")
+        try:  # one writer per weights directory, held until close() (or the OS frees it on exit)
+            self.writer_lock = WriterLock(cfg.weights_path).acquire()
+        except LockHeld as e:
+            raise AgentError(str(e)) from None
         for p in ck.remove_stale_temps(cfg.weights_path):
             self.log(f"sacbot: removed stale temp file {p}")
         had_files = bool(ck.candidates(cfg.weights_path))
-        state, acting_rng = None, None
-        while True:
-            found = self._load_latest()
-            if found is None:
-                break
+        # Built before any file is read: a setting the learner refuses (a device without a GPU)
+        # must stop the start while every checkpoint is still where it was.
+        state, acting_rng = TrainingState.fresh(cfg, self.obs_dim, self.act_dim), None
+        found = self._load_latest()  # sets aside only files that fail verification
+        if found is not None:
             ckpt, path = found
             try:
-                state = TrainingState.fresh(cfg, self.obs_dim, self.act_dim)
                 state.load_payload(ckpt["arrays"], ckpt["meta"])
-                acting_rng = ckpt["meta"].get("acting_rng")
-                self.loaded_from = path
-                break
             except (KeyError, ValueError, TypeError, RuntimeError) as e:
-                aside = ck.set_aside(path)
-                self.log(f"sacbot: checkpoint {path} does not fit this config ({type(e).__name__}: "
-                         f"{e}); kept aside as {os.path.basename(aside)}")
-                state = None
-        if state is None:
-            if had_files:
-                if cfg.no_fresh_start:
-                    raise AgentError(f"no checkpoint in {cfg.weights_path!r} loads, and "
-                                     "--no-fresh-start refuses to start fresh (bad files are kept "
-                                     "aside as *.corrupt-*)")
-                self.log("sacbot: WARNING: no valid checkpoint could be loaded; STARTING FRESH. "
-                         "The unusable files are kept aside as *.corrupt-*.")
-            state = TrainingState.fresh(cfg, self.obs_dim, self.act_dim)
+                # The file verified (digests, shapes in the manifest): it is sound, and this
+                # run's settings cannot take it.  A config error, never "corrupt".
+                raise ConfigError(f"{path} is a sound checkpoint that this run's settings cannot resume "
+                                  f"({type(e).__name__}: {e}). Run with the settings it was saved with "
+                                  f"(`sacbot inspect {path}` shows them), or pass another --weights-path "
+                                  f"for a new bot. Nothing in {cfg.weights_path!r} was changed.") from None
+            acting_rng = ckpt["meta"].get("acting_rng")
+            self.loaded_from = path
+        elif had_files:
+            if cfg.no_fresh_start:
+                raise AgentError(f"no checkpoint in {cfg.weights_path!r} loads, and "
+                                 "--no-fresh-start refuses to start fresh (bad files are kept "
+                                 "aside as *.corrupt-*)")
+            self.log("sacbot: WARNING: no valid checkpoint could be loaded; STARTING FRESH. "
+                     "The unusable files are kept aside as *.corrupt-*.")
         self.state = state
         self.learning_starts_left = max(0, cfg.learning_starts - state.env_steps)
         self.episode_base = state.episodes
@@ -207,6 +218,10 @@ class Agent:
         t0 = time.perf_counter_ns()
         if self._closed:
             raise AgentError("act() after close()")
+        with self._one_caller("act"):
+            return self._act(obs, t0)
+
+    def _act(self, obs, t0: int) -> np.ndarray:
         x = self._check_obs(obs, "obs")
         if self.trainer is not None and self.reader.pull():
             self.params = policy.build_params(self.reader.arrays)
@@ -223,7 +238,7 @@ class Agent:
         self.ticks += 1
         self.heartbeat.maybe_write(self.status)
         out = self._low + (a + 1.0) * self._half
-        self._act_ns.append(time.perf_counter_ns() - t0)  # per-episode latency, for episodes.jsonl
+        self._latency.add(time.perf_counter_ns() - t0)  # per-episode latency, for episodes.jsonl
         return out
 
     def observe(self, reward, next_obs, terminated, truncated, info: dict | None = None) -> None:
@@ -231,12 +246,17 @@ class Agent:
         a boolean ``info["won"]`` then is the episode's outcome."""
         if self._closed:
             raise AgentError("observe() after close()")
+        with self._one_caller("observe"):
+            self._observe(reward, next_obs, terminated, truncated, info)
+
+    def _observe(self, reward, next_obs, terminated, truncated, info: dict | None) -> None:
         if self._last_obs is None:
             raise AgentError("observe() needs a preceding act() in the same episode")
         # obs was checked in act() and the action came from the policy: only the new
         # values need checking, so the tick path validates each array once.
         tr = Transition(self._last_obs, self._last_action, check_reward(reward),
-                        self._check_obs(next_obs, "next_obs"), bool(terminated), bool(truncated))
+                        self._check_obs(next_obs, "next_obs"), check_flag("terminated", terminated),
+                        check_flag("truncated", truncated))
         self._last_obs = None
         self._ep_return += tr.reward
         self._ep_len += 1
@@ -252,13 +272,20 @@ class Agent:
             self._end_episode(bool(won) if isinstance(won, bool | np.bool_) else None)
 
     def new_episode(self, opponent: str = "") -> None:
-        """Mark an episode start.  ``opponent`` is a stable identity key (name or id)."""
+        """Mark an episode start.  ``opponent`` is a stable identity key (name or id).
+        The calling thread owns the episode: act()/observe() from another thread are refused."""
+        if self._closed:
+            raise AgentError("new_episode() after close()")
+        with self._one_caller("new_episode", claim=True):
+            self._new_episode(opponent)
+
+    def _new_episode(self, opponent) -> None:
         self.opponent = str(opponent)
         self.episodes_started += 1
         self.pstate = policy.initial_state(self.params)
         self._last_obs = None
         self._ep_return, self._ep_len = 0.0, 0
-        self._act_ns = []
+        self._latency.reset()
         if self.trainer is not None and not self._closed:
             self.channel.send(NewEpisode(self.opponent))
 
@@ -277,10 +304,10 @@ class Agent:
                                               "return": self._ep_return, "length": self._ep_len,
                                               "opponent": self.opponent,
                                               "policy_version": self.policy_version, **outcome,
-                                              **_latency_us(self._act_ns)})
+                                              **self._latency.summary_us()})
         self.pstate = policy.initial_state(self.params)
         self._ep_return, self._ep_len = 0.0, 0
-        self._act_ns = []
+        self._latency.reset()
 
     def recent_stats(self) -> tuple[float | None, float | None]:
         """Mean return and win rate of the last 20 finished episodes (None when there are none,
@@ -289,9 +316,25 @@ class Agent:
         return (float(np.mean([r for r, _ in self.recent])) if self.recent else None,
                 float(np.mean(won)) if won else None)
 
+    def _one_caller(self, what: str, claim: bool = False):
+        """Refuse a call that overlaps another, or that comes from a thread other than the one
+        that started the episode (``claim``: this call starts one and takes it over)."""
+        me = threading.get_ident()
+        if not self._calls.acquire(blocking=False):
+            raise AgentError(f"{what}() called while another thread is inside act/observe/new_episode: "
+                             "an Agent serves one game loop; give each loop its own Agent")
+        if claim or self._owner is None:
+            self._owner = me
+        elif self._owner != me:
+            self._calls.release()
+            raise AgentError(f"{what}() from thread {threading.current_thread().name!r}, but this episode "
+                             "was started by another thread: an Agent serves one game loop; give each "
+                             "loop its own Agent (or call new_episode() from the new thread first)")
+        return _Release(self._calls)
+
     def _check_obs(self, obs, name: str) -> np.ndarray:
         try:
-            return check_vector(name, obs, self.obs_dim, flatten=True)
+            return check_vector(name, obs, self.obs_dim, shape=self.obs_shape)
         except MessageError as e:
             raise MessageError(f"{e} (observation space shape {self.obs_shape}; "
                                "did the environment produce NaN/inf or the wrong shape?)") from None
@@ -307,6 +350,8 @@ class Agent:
               "episodes": self.episodes, "policy_version": self.policy_version,
               "round_counter": self.rounds.value if self.rounds else None,
               "loaded_from": self.loaded_from}
+        if self.final_save is not None:
+            st["final_save"] = self.final_save
         if self.trainer is not None:
             s, io = self.trainer.state, self.io
             assert io is not None
@@ -334,22 +379,35 @@ class Agent:
         assert io is not None
         tr.stop_event.set()
         tr.join(max(0.1, end - time.monotonic()))
+        self.final_save: dict = {"ok": False, "error": "not attempted"}
         if tr.is_alive():
             self.log("sacbot: training thread did not stop in time; final save skipped")
+            self.final_save = {"ok": False, "error": "the training thread did not stop in time"}
+        elif tr.poisoned:
+            self.log(f"sacbot: the learner's state is not finite ({tr.error}); no final save: the last "
+                     f"good checkpoint in {self.cfg.weights_path!r} is kept as it was")
+            self.final_save = {"ok": False, "error": "learner state not finite; last good checkpoint kept"}
         else:
             for m in self.channel.drain():
                 handle_message(tr.state, m)  # into the buffer, not trained on (SPEC 6)
             tr.state.pending = 0
             try:
                 payload = tr.state.payload(self.cfg.save_replay, since=self.save_slot.held)
+                check_finite(payload["arrays"], "final checkpoint")
                 payload["meta"]["acting_rng"] = json.dumps(self.rng.bit_generator.state)
+                payload["final"] = True
                 self.save_slot.put_final(payload,
                                          timeout=max(0.1, end - time.monotonic()))
             except Exception as e:  # noqa: BLE001
                 self.log(f"sacbot: final save could not be queued: {type(e).__name__}: {e}")
+                self.final_save = {"ok": False, "error": f"{type(e).__name__}: {e}"}
         io.stop(max(0.1, end - time.monotonic()))
         if io.is_alive():
             self.log("sacbot: I/O thread did not finish in time")
+        elif io.stats.final is not None:
+            self.final_save = io.stats.final
+        if not io.is_alive() and not tr.is_alive():
+            self.writer_lock.close()  # a thread still writing keeps it: the OS frees it at exit
         st = self.status()
         self.heartbeat.maybe_write(lambda: st, force=True)
         return st
@@ -361,12 +419,47 @@ class Agent:
         self.close()
 
 
-def _latency_us(ns: list[int]) -> dict:
-    if not ns:
-        return {}
-    a = np.asarray(ns) / 1e3
-    return {"act_p50_us": round(float(np.percentile(a, 50)), 1), "act_p99_us": round(float(np.percentile(a, 99)), 1),
-            "act_max_us": round(float(a.max()), 1)}
+class _Release:
+    """Context manager that releases an already acquired lock."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self, lock: threading.Lock):
+        self._lock = lock
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
+
+
+class LatencyWindow:
+    """act() latencies of one episode in constant memory: the last ``size`` ticks for the
+    percentiles (an episode can last days at 30 ticks/s; a list grew ~37 B per tick), and the
+    maximum over the whole episode."""
+
+    def __init__(self, size: int = 4096):
+        self._ns = np.zeros(size, np.int64)
+        self.reset()
+
+    def reset(self) -> None:
+        self.count = 0
+        self.max_ns = 0
+
+    def add(self, ns: int) -> None:
+        self._ns[self.count % len(self._ns)] = ns
+        self.count += 1
+        if ns > self.max_ns:
+            self.max_ns = ns
+
+    def summary_us(self) -> dict:
+        if not self.count:
+            return {}
+        a = self._ns[:min(self.count, len(self._ns))] / 1e3
+        return {"act_p50_us": round(float(np.percentile(a, 50)), 1),
+                "act_p99_us": round(float(np.percentile(a, 99)), 1),
+                "act_max_us": round(self.max_ns / 1e3, 1)}
 
 
 def summary(agent: Agent) -> dict:

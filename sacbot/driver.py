@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from functools import partial
 
 import gymnasium as gym
 
 from .agent import Agent, AgentError
 from .config import Config
+from .progress import Progress
 
 
 def make_env(env_id: str, render_mode: str | None = None, kwargs: dict | None = None) -> gym.Env:
@@ -36,38 +36,6 @@ def make_env(env_id: str, render_mode: str | None = None, kwargs: dict | None = 
     if isinstance(env.observation_space, gym.spaces.Dict | gym.spaces.Tuple):
         env = gym.wrappers.FlattenObservation(env)
     return env
-
-
-class Progress:
-    """One live line: steps, moving-average return, grad steps/s, version, drops."""
-
-    def __init__(self, enabled: bool, total: int | None):
-        self.enabled = enabled
-        self._last = 0.0
-        self._bar = None
-        if enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
-            from rich.progress import Progress as RichProgress
-
-            self._bar = RichProgress(TextColumn("[bold]sacbot"), BarColumn(), TextColumn("{task.description}"),
-                                     TimeElapsedColumn(), transient=False,
-                                     console=Console(stderr=True))
-            self._task = self._bar.add_task("", total=total)
-            self._bar.start()
-
-    def update(self, steps: int, text: Callable[[], str]) -> None:
-        """``text`` is called only when the line is redrawn (twice a second), not every tick."""
-        if not self._bar:
-            return
-        now = time.monotonic()
-        if now - self._last > 0.5:
-            self._last = now
-            self._bar.update(self._task, completed=steps, description=text())
-
-    def close(self) -> None:
-        if self._bar:
-            self._bar.stop()
 
 
 def _progress_text(agent: Agent, steps: int) -> str:
@@ -105,16 +73,17 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None) -> d
             obs, info = env.reset(seed=cfg.seed + k, options={"episode_index": k})
             agent.new_episode(str(info.get("opponent", "")))
             done = False
-            # Lockstep finishes the episode before closing on a signal: a resumed run then
-            # continues bit for bit.  Other paces close at once.
-            while not done and not limit_reached and not (stop.is_set() and cfg.pace != "lockstep"):
+            # A signal closes within a tick in every pace, lockstep included (which then ends
+            # mid-episode: the resumed run starts a new one).  A run that must resume bit for
+            # bit stops at an episode boundary with --steps or --episodes instead.
+            while not done and not limit_reached and not stop.is_set():
                 if cfg.pace == "realtime":
                     now = time.perf_counter()
                     if now > next_tick + period:
                         misses += 1  # this tick starts after its deadline
                         next_tick = now
-                    else:
-                        time.sleep(max(0.0, next_tick - now))
+                    elif stop.wait(max(0.0, next_tick - now)):  # a slow clock must not delay a close
+                        break
                     next_tick += period
                 action = agent.act(obs)
                 obs, reward, terminated, truncated, info = env.step(action)
@@ -125,6 +94,10 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None) -> d
                 progress.update(steps, partial(_progress_text, agent, steps))
                 if cfg.steps and steps >= cfg.steps:
                     limit_reached = True
+                    stop.set()
+                if agent.learner_error is not None:
+                    # A training run whose learner died would only play on without learning;
+                    # end it so the exit code (1) tells a runner to restart from the last save.
                     stop.set()
             if cfg.episodes and agent.episodes >= cfg.episodes:
                 break

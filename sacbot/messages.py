@@ -55,6 +55,11 @@ Message = Transition | NewEpisode | Shutdown
 
 
 _F32_MAX = float(np.finfo(np.float32).max)
+# Rewards past this overflow the critic even though they fit float32: a TD target is about
+# r / (1 - gamma), and the loss sums squared errors over a batch, so 3e38 (or 1e20) becomes inf
+# within a few updates.  1e9 keeps (100 r)^2 times a batch of thousands inside float32 by many
+# orders of magnitude; a game whose scores are larger should scale its rewards.
+MAX_ABS_REWARD = 1e9
 
 
 def check_vector(name: str, x, dim: int, shape: tuple[int, ...] | None = None) -> np.ndarray:
@@ -85,7 +90,7 @@ def check_vector(name: str, x, dim: int, shape: tuple[int, ...] | None = None) -
 
 
 def check_reward(reward) -> float:
-    """A finite reward that fits float32 (the replay's dtype), as a Python float."""
+    """A finite reward of at most ``MAX_ABS_REWARD`` in size, as a Python float."""
     if isinstance(reward, str | bytes) or isinstance(reward, complex | np.complexfloating):
         # float("1") would pass: a game loop's bug, not a reward
         raise MessageError(f"reward must be a real number, got {reward!r}")
@@ -93,8 +98,9 @@ def check_reward(reward) -> float:
         r = float(reward)
     except (TypeError, ValueError):
         raise MessageError(f"reward must be a finite number, got {reward!r}") from None
-    if not (np.isfinite(r) and abs(r) <= _F32_MAX):
-        raise MessageError(f"reward must be finite and fit float32 (|r| <= {_F32_MAX:.3g}), got {reward!r}")
+    if not (np.isfinite(r) and abs(r) <= MAX_ABS_REWARD):
+        raise MessageError(f"reward must be finite with |r| <= {MAX_ABS_REWARD:.0e} (larger ones overflow the "
+                           f"critic's float32 losses; scale the game's rewards), got {reward!r}")
     return r
 
 

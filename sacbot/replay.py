@@ -191,6 +191,8 @@ class SequenceReplay:
             order = (oldest + np.arange(size - keep, size)) % saved_cap
             self.head, self.size = keep % self.capacity, keep
         for k in _ARRAYS:
+            if stored == 0 and f"replay.{k}" not in arrays:
+                continue  # an empty buffer is saved as no chunks at all
             a = arrays[f"replay.{k}"]
             dst = getattr(self, k)
             if a.shape[1:] != dst.shape[1:] or len(a) != stored:

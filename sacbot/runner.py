@@ -43,6 +43,26 @@ POLL_S = 0.5
 CONFIG_ERROR = 2  # sacbot's exit code for a bad setting, and argparse's for a bad flag
 
 
+def die_with_parent(parent_pid: int):
+    """A ``preexec_fn`` that has Linux send the child SIGTERM when the runner dies, even by
+    ``kill -9``: an orphaned bot would go on writing its weights directory beside the bot a
+    restarted runner launches there.  SIGTERM, not SIGKILL, so the orphan still makes its
+    final save.  Elsewhere it does nothing (the bots' writer lock still refuses a second
+    writer)."""
+    def preexec() -> None:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            PR_SET_PDEATHSIG = 1
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent_pid:  # the runner died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+    return preexec if sys.platform.startswith("linux") else None
+
+
 class Bot:
     def __init__(self, i: int, root: str, cmd: list[str], args: list[str], seed: int):
         self.i, self.cmd, self.args, self.seed = i, cmd, args, seed
@@ -83,7 +103,8 @@ class Bot:
     def start(self, now: float) -> None:
         os.makedirs(self.run_dir, exist_ok=True)
         self.log = open(os.path.join(self.dir, "bot.log"), "a")
-        self.proc = subprocess.Popen(self.argv(), stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(self.argv(), stdout=self.log, stderr=subprocess.STDOUT,
+                                     preexec_fn=die_with_parent(os.getpid()))
         self.started = self.last_move = now
         self.last_count = read_round_counter(self.counter_path)
         self.alive = False
@@ -235,7 +256,8 @@ class Runner:
                                                    "--run-dir", os.path.join(b.dir, "eval"),
                                                    "--episodes-per-opponent", str(self.a.eval_episodes), "--json"]
         b.eval_proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                       env={**os.environ, "SACBOT_EVAL_MODE": "1"})
+                                       env={**os.environ, "SACBOT_EVAL_MODE": "1"},
+                                       preexec_fn=die_with_parent(os.getpid()))
         b.eval_round = count
         self.event("eval_started", b, rounds=count)
 

@@ -35,7 +35,6 @@ from .sac import SACLSTMLearner
 from .snapshot import WeightSnapshot
 
 
-@dataclass
 class NonFiniteError(RuntimeError):
     """The learner produced NaN/inf (a loss, a gradient norm or a weight).  Its state is
     poisoned: nothing of it may be published or saved.  The last published weights and the

@@ -53,3 +53,39 @@ class StderrWatcher:
 def dir_digests(d) -> dict[str, str]:
     """sha256 of every file in a directory, by name: to show that a step changed no file."""
     return {f: hashlib.sha256(open(os.path.join(d, f), "rb").read()).hexdigest() for f in sorted(os.listdir(d))}
+
+
+# --- a tiny bot on a 3-d observation, 1-d action game, for Agent-level tests ---------------
+def _spaces():
+    import gymnasium as gym
+    import numpy as np
+
+    return gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Box(-2, 2, (1,), np.float32)
+
+
+OBS_SPACE, ACT_SPACE = _spaces()
+
+
+def small_cfg(tmp_path, **kw):
+    """A Config small enough that a learner trains in milliseconds per step."""
+    from sacbot.config import Config
+
+    base = dict(hidden=8, batch_size=2, seq_len=4, learning_starts=4, calib_updates=2,
+                run_dir=str(tmp_path / "run"), weights_path=str(tmp_path / "w"), quiet=True)
+    base.update(kw)
+    return Config(**base)
+
+
+def play(agent, n, opponent="x"):
+    """``n`` ticks of a deterministic toy game, episodes of 10 ticks (truncated)."""
+    import numpy as np
+
+    agent.new_episode(opponent)
+    obs = np.zeros(3, np.float32)
+    for t in range(n):
+        a = agent.act(obs)
+        assert ACT_SPACE.contains(a.astype(np.float32))
+        obs = np.full(3, (t % 7) / 7, np.float32)
+        agent.observe(float(a[0]), obs, False, t % 10 == 9)
+        if t % 10 == 9:
+            agent.new_episode(opponent)

@@ -97,3 +97,14 @@ def test_export_import_round_trip_and_clear():
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
     other.clear()
     assert len(other) == 0 and not other.can_sample(1, 1)
+
+
+def test_a_saved_empty_buffer_resumes_empty():
+    """A bot closed before its first transition saved no replay chunk; resuming it failed with
+    KeyError 'replay.obs' (and was set aside as corrupt)."""
+    buf = SequenceReplay(10, 3, 1)
+    chunks, meta = buf.export_chunks()
+    assert chunks == []
+    again = SequenceReplay(10, 3, 1)
+    again.load({}, meta)
+    assert len(again) == 0 and again.head == 0

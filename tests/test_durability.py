@@ -1,0 +1,334 @@
+"""A trained bot can never be destroyed (issue 14): bad data at the boundary, a poisoned learner,
+changed settings on resume, failed final saves, slow shutdowns, two game loops on one Agent,
+orphaned bots.  Each test reproduces a case that lost work or accepted garbage before."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from helpers import ACT_SPACE, OBS_SPACE, StderrWatcher, dir_digests, play, small_cfg
+
+from sacbot.agent import Agent, AgentError, LatencyWindow
+from sacbot.checkpoint import read_checkpoint
+from sacbot.config import Config, ConfigError
+from sacbot.messages import MessageError
+
+pytestmark = pytest.mark.timeout(120)
+SACBOT = [sys.executable, "-m", "sacbot"]
+QUIET = {"log": lambda m: None}
+
+
+def checkpoints(wdir) -> dict[str, str]:
+    """Digests of the checkpoint files alone (receipts and the round counter may grow)."""
+    return {k: v for k, v in dir_digests(wdir).items() if k.endswith(".zip")}
+
+
+# --- the acting boundary ------------------------------------------------------------------
+@pytest.mark.parametrize("call,match", [
+    (("observe", 1e300, np.zeros(3), False, False), "reward must be finite with"),  # finite in float64
+    (("observe", -3e38, np.zeros(3), False, False), "reward must be finite with"),  # fits float32 only
+    (("observe", 1e10, np.zeros(3), False, False), "scale the game's rewards"),
+    (("observe", 1 + 2j, np.zeros(3), False, False), "real number"),
+    (("observe", 0.0, np.full(3, 1e39), False, False), "non-finite"),
+    (("observe", 0.0, ["0.5", "0", "1"], False, False), "real numbers"),  # numeric strings
+    (("observe", 0.0, np.zeros(3, complex), False, False), "real numbers"),
+    (("observe", 0.0, np.zeros((1, 3)), False, False), r"shape \(1, 3\), expected \(3,\)"),
+    (("observe", 0.0, np.zeros(3), "no", False), "terminated must be a bool"),  # bool("no") is True
+    (("observe", 0.0, np.zeros(3), False, None), "truncated must be a bool"),
+    (("observe", 0.0, np.zeros(3), 2, False), "terminated must be a bool"),
+    (("act", np.zeros((1, 3))), r"shape \(1, 3\)"),
+    (("act", "0 0 0"), "real numbers"),
+])
+def test_garbage_from_the_game_loop_is_refused_and_never_reaches_the_learner(tmp_path, call, match):
+    with Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+        agent.new_episode()
+        name, *args = call
+        if name == "observe":
+            agent.act(np.zeros(3))
+        with pytest.raises(MessageError, match=match):
+            getattr(agent, name)(*args)
+        agent.trainer.wait_processed(0, timeout=1)
+        assert agent.status()["env_steps_received"] == 0 and agent.sent == 0
+
+
+def test_integer_flags_and_observations_are_accepted(tmp_path):
+    """Games that report 0/1 flags and integer observations are not refused."""
+    with Agent(small_cfg(tmp_path, pace="lockstep"), OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+        agent.new_episode()
+        agent.act(np.zeros(3, np.int64))
+        agent.observe(1, np.array([0, 1, 0]), 0, 1)
+    assert agent.status()["env_steps_received"] == 1
+
+
+# --- a poisoned learner ---------------------------------------------------------------------
+def _poison_weights(agent):
+    import torch
+
+    with torch.no_grad():
+        for p in agent.trainer.state.learner.critic.parameters():
+            p.fill_(float("nan"))
+
+
+def test_a_refused_reward_leaves_the_bot_training_and_every_save_sound(tmp_path):
+    cfg = small_cfg(tmp_path, pace="lockstep", save_interval=10, learning_starts=8)
+    agent = Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
+    play(agent, 40)
+    agent.new_episode("x")
+    agent.act(np.zeros(3))
+    with pytest.raises(MessageError, match="reward"):
+        agent.observe(1e300, np.zeros(3), False, False)  # finite as float64: used to become inf
+    play(agent, 40)
+    st = agent.close()
+    assert st["learner_alive"] is False and st["last_error"] is None and st["final_save"]["ok"]
+    for name in checkpoints(cfg.weights_path):  # read_checkpoint refuses non-finite arrays
+        read_checkpoint(os.path.join(cfg.weights_path, name))
+    again = Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
+    assert again.loaded_from.endswith("sac_latest.zip") and again.trainer.state.grad_steps == st["learner_steps"]
+    again.close()
+
+
+def test_a_poisoned_learner_never_publishes_nor_saves_and_the_next_run_resumes(tmp_path):
+    cfg = small_cfg(tmp_path, pace="lockstep", save_interval=10, learning_starts=8)
+    agent = Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
+    play(agent, 60)
+    agent.save_slot.join()  # the periodic save in flight, if any, is on disk
+    wdir = cfg.weights_path
+    good = checkpoints(wdir)
+    step = read_checkpoint(os.path.join(wdir, "sac_latest.zip"))["manifest"]["step"]
+    assert step > 0 and len(good) >= 2
+    version = agent.snapshot.version  # the last pass has published, whether acting pulled it yet or not
+    _poison_weights(agent)
+    agent.new_episode("x")
+    obs = np.zeros(3, np.float32)
+    for _ in range(30):  # the next update goes non-finite; acting goes on with the last weights
+        a = agent.act(obs)
+        assert np.isfinite(a).all()
+        agent.observe(0.0, obs, False, False)
+    agent.trainer.join(10)
+    st = agent.status()
+    assert not st["learner_alive"] and "NonFiniteError" in st["last_error"]
+    assert agent.policy_version == version  # nothing non-finite was published
+    st = agent.close()
+    assert st["final_save"]["ok"] is False and "last good checkpoint kept" in st["final_save"]["error"]
+    assert checkpoints(wdir) == good  # no file written over, none rotated away
+    again = Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
+    assert again.loaded_from == os.path.join(wdir, "sac_latest.zip")
+    assert again.trainer.state.grad_steps == step
+    again.close()
+
+
+# --- settings changed on resume -------------------------------------------------------------
+@pytest.mark.parametrize("size", [16, 500])
+def test_a_changed_buffer_size_resumes_keeping_the_newest_rows(tmp_path, size):
+    cfg = small_cfg(tmp_path, pace="lockstep", buffer_size=100)
+    with Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+        play(agent, 150)  # the ring has wrapped
+    old = agent.trainer.state.replay
+    newest = old.obs[(old.head - np.arange(1, min(size, 100) + 1)) % 100][::-1].copy()
+    again = Agent(dataclasses.replace(cfg, buffer_size=size), OBS_SPACE, ACT_SPACE, **QUIET)
+    r = again.trainer.state.replay
+    assert again.loaded_from is not None and not [f for f in os.listdir(cfg.weights_path) if "corrupt" in f]
+    assert r.capacity == size and len(r) == min(size, 100)
+    assert np.array_equal(r.obs[(r.head - np.arange(1, len(r) + 1)) % size][::-1], newest)
+    again.close()
+
+
+def _changed(f: dataclasses.Field):
+    """Another valid value for a config field."""
+    m, d = f.metadata, f.default
+    if m.get("choices"):
+        return next(c for c in m["choices"] if c != d)
+    if isinstance(d, bool):
+        return not d
+    if isinstance(d, int):
+        return d + 1 if m.get("max") is None or d + 1 <= m["max"] else d - 1
+    if isinstance(d, float):
+        return d / 2 if d else 0.5
+    return {"env": "sacbot/Pendulum-P-v0", "env_kwargs": '{"x": 1}', "device": "cuda"}.get(f.name, "x")
+
+
+LOCATIONS = {"run_dir", "weights_path", "tensorboard"}  # where files go, not what the bot is
+
+
+@pytest.mark.timeout(240)
+def test_every_setting_changed_on_resume_either_resumes_or_is_a_config_error(tmp_path):
+    """Walk every Config field against an existing weights dir: the bot resumes, or the run
+    stops with a ConfigError naming the setting before any file is touched.  Never 'corrupt'."""
+    base = small_cfg(tmp_path, pace="lockstep", env="sacbot/Pendulum-V-v0")
+    with Agent(base, OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+        play(agent, 30)
+    outcomes = {}
+    for f in dataclasses.fields(Config):
+        if f.name in LOCATIONS:
+            continue
+        value = _changed(f)
+        wdir = tmp_path / f"w-{f.name}"
+        shutil.copytree(base.weights_path, wdir)
+        before = dir_digests(wdir)
+        try:
+            cfg = dataclasses.replace(base, weights_path=str(wdir), **{f.name: value})
+        except ConfigError as e:  # not a valid value on its own: not what this test is about
+            raise AssertionError(f"{f.name} = {value!r} should be valid: {e}") from None
+        try:
+            agent = Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
+        except ConfigError as e:
+            assert f.name in str(e), (f.name, str(e))
+            assert dir_digests(wdir) == before, f.name  # nothing set aside, nothing written
+            outcomes[f.name] = "config error"
+            continue
+        assert agent.loaded_from is not None, f"{f.name} = {value!r}: started fresh instead of resuming"
+        assert not [n for n in os.listdir(wdir) if "corrupt" in n], f.name
+        agent.close()
+        outcomes[f.name] = "resumed"
+    # The ones that change what the saved networks are cannot resume; the rest must.
+    for must_refuse in ("hidden", "quant", "quant_bits", "device"):
+        assert outcomes[must_refuse] == "config error", outcomes
+    for must_resume in ("buffer_size", "seed", "utd_ratio", "batch_size", "lr", "save_interval"):
+        assert outcomes[must_resume] == "resumed", outcomes
+
+
+# --- shutdown and exit status ---------------------------------------------------------------
+def _limit_file_size(nbytes):
+    def preexec():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
+    return preexec
+
+
+@pytest.mark.timeout(120)
+def test_a_failed_final_save_exits_3_and_says_so(tmp_path):
+    """A full disk (RLIMIT_FSIZE) used to end in 'final checkpoint: none' and exit 0."""
+    args = ["run", "--env", "Pendulum-v1", "--steps", "250", "--pace", "lockstep", "--learning-starts", "50",
+            "--run-dir", str(tmp_path / "run"), "--weights-path", str(tmp_path / "w"), "--quiet"]
+    p = subprocess.run(SACBOT + args, capture_output=True, text=True, timeout=100,
+                       preexec_fn=_limit_file_size(200_000))
+    assert p.returncode == 3, p.stderr[-2000:]
+    assert "final checkpoint was NOT written" in p.stderr and "File too large" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def _wait_for(path, timeout):
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} did not appear in {timeout} s")
+        time.sleep(0.05)  # polling a file the child writes: the child's output is the signal
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("pace", ["realtime", "lockstep"])
+def test_sigterm_closes_promptly_in_every_pace_with_a_final_save(tmp_path, pace):
+    """At 0.05 ticks/s SIGTERM used to wait out the tick's 20 s sleep; lockstep finished its
+    episode first (19 s with TankDuel at UTD 4)."""
+    extra = ["--tps", "0.05"] if pace == "realtime" else ["--utd-ratio", "4", "--learning-starts", "20"]
+    args = ["run", "--env", "Pendulum-v1", "--pace", pace, *extra, "--run-dir", str(tmp_path / "run"),
+            "--weights-path", str(tmp_path / "w"), "--quiet"]
+    p = subprocess.Popen(SACBOT + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watch = StderrWatcher(p)
+    try:
+        if pace == "realtime":
+            _wait_for(str(tmp_path / "run" / "status.json"), 60)  # written on the first tick
+        else:
+            watch.wait_line("learning started", 60)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        p.kill()
+    assert p.returncode == 0, watch.rest(5)
+    assert took < 10, f"closing took {took:.1f} s"  # 18-19 s before; the rest is start-up noise
+    ck = read_checkpoint(str(tmp_path / "w" / "sac_latest.zip"))
+    assert ck["meta"]["env_steps"] >= (1 if pace == "realtime" else 20)
+
+
+# --- one game loop per Agent ----------------------------------------------------------------
+@pytest.mark.timeout(30)
+def test_a_second_thread_cannot_interleave_its_game_into_an_episode(tmp_path):
+    with Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+        errors = []
+
+        def loop():
+            agent.new_episode("a")
+            agent.act(np.zeros(3))
+            agent.observe(0.0, np.zeros(3), False, False)
+
+        t = threading.Thread(target=loop, name="game-a")
+        t.start()
+        t.join(10)
+        for call in (lambda: agent.act(np.zeros(3)), lambda: agent.observe(0.0, np.zeros(3), False, False)):
+            try:
+                call()
+            except AgentError as e:
+                errors.append(str(e))
+        assert len(errors) == 2 and all("started by another thread" in e for e in errors)
+        agent.new_episode("b")  # the main thread takes the next episode over explicitly
+        agent.act(np.zeros(3))
+        agent.observe(0.0, np.zeros(3), True, False)
+        assert agent.episodes == 1
+
+
+def test_act_latency_memory_is_constant_over_a_long_episode():
+    w = LatencyWindow(size=64)
+    for ns in range(1, 100_001):
+        w.add(ns)
+    s = w.summary_us()
+    assert w._ns.shape == (64,) and w.count == 100_000
+    assert s["act_max_us"] == 100.0  # the maximum is over the whole episode
+    assert s["act_p50_us"] >= 99.9  # percentiles over the last 64 ticks (the whole episode: 50 µs)
+
+
+# --- one writer per weights directory ---------------------------------------------------------
+def test_a_second_bot_on_the_same_weights_directory_is_refused_naming_the_first(tmp_path):
+    cfg = small_cfg(tmp_path)
+    first = Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
+    try:
+        with pytest.raises(AgentError, match=f"in use by process {os.getpid()}"):
+            Agent(dataclasses.replace(cfg, run_dir=str(tmp_path / "run2")), OBS_SPACE, ACT_SPACE, **QUIET)
+    finally:
+        first.close()
+    second = Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)  # free again once the first has closed
+    assert second.loaded_from is not None
+    second.close()
+
+
+@pytest.mark.timeout(120)
+def test_bots_of_a_runner_killed_with_sigkill_close_themselves(tmp_path):
+    """kill -9 of the runner used to leave its bots running as orphans, writing beside the
+    bots a restarted runner would launch."""
+    root = tmp_path / "root"
+    cmd = [sys.executable, "-m", "sacbot", "runner", "--bots", "1", "--root", str(root), "--",
+           "--env", "Pendulum-v1", "--pace", "realtime", "--tps", "20"]
+    runner = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    status = root / "bot0" / "run" / "status.json"
+    try:
+        _wait_for(str(status), 60)
+        import json
+        pid = json.loads(status.read_text())["pid"]
+        os.kill(runner.pid, signal.SIGKILL)
+        runner.wait(10)
+        deadline = time.monotonic() + 60
+        while _pid_alive(pid):
+            assert time.monotonic() < deadline, f"bot {pid} still runs 60 s after its runner died"
+            time.sleep(0.1)  # polling the OS for the orphan's exit: no other signal exists
+    finally:
+        runner.kill()
+    ck = read_checkpoint(str(root / "bot0" / "weights" / "sac_latest.zip"))  # it closed with a final save
+    assert ck["meta"]["env_steps"] > 0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False
