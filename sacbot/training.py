@@ -61,6 +61,7 @@ class TrainingState:
     rng: np.random.Generator
     grad_steps: int = 0
     env_steps: int = 0  # transitions received
+    passes: int = 0  # training passes run (the metrics line's "epoch")
     episodes: int = 0
     utd_carry: float = 0.0
     opponent: str | None = None
@@ -81,7 +82,7 @@ class TrainingState:
         row chunks, less those whose generation ``since`` says the writer already holds."""
         arrays, lmeta = self.learner.state()
         arrays.update({f"export.{k}": v for k, v in self.learner.export_actor().items()})
-        meta = {"grad_steps": self.grad_steps, "env_steps": self.env_steps,
+        meta = {"grad_steps": self.grad_steps, "env_steps": self.env_steps, "passes": self.passes,
                 "episodes": self.episodes, "utd_carry": self.utd_carry,
                 "opponent": self.opponent, "learner": lmeta,
                 "rng_numpy": json.dumps(self.rng.bit_generator.state)}
@@ -94,6 +95,7 @@ class TrainingState:
         self.learner.load_state(arrays, meta["learner"])
         self.grad_steps, self.env_steps = int(meta["grad_steps"]), int(meta["env_steps"])
         self.episodes, self.utd_carry = int(meta["episodes"]), float(meta["utd_carry"])
+        self.passes = int(meta.get("passes", 0))  # older checkpoints did not count them
         self.opponent = meta.get("opponent")
         self.rng.bit_generator.state = json.loads(meta["rng_numpy"])
         if "replay" in meta:
@@ -180,9 +182,11 @@ def train_pass(state: TrainingState, offer_save: Callable[[TrainingState], bool]
     avg = {k: v / done for k, v in sums.items()} if done else {}
     if avg:
         state.losses = avg
-    return {"grad_steps": state.grad_steps, "buffer_size": len(state.replay),
-            "transitions_drained": drained, "pass_grad_steps": done, "quant_phase":
-            state.learner.quant_phase, **avg}
+    state.passes += 1
+    # The original bot's nine fields, with its names and meanings (SPEC 15): existing campaign
+    # scripts read them.  sacbot's own fields come after.
+    return {"epoch": state.passes, "steps": state.grad_steps, "buffer_size": len(state.replay),
+            "drained": drained, "grad_steps": done, **avg, "quant_phase": state.learner.quant_phase}
 
 
 def append_jsonl(path: str, record: dict) -> bool:
@@ -242,8 +246,8 @@ class TrainingThread(threading.Thread):
                     t0 = time.perf_counter()
                     line = train_pass(self.state, self.offer_save, self.stop_event)
                     dt = time.perf_counter() - t0
-                    if line["pass_grad_steps"]:
-                        self.steps_per_s = line["pass_grad_steps"] / max(dt, 1e-9)
+                    if line["grad_steps"]:
+                        self.steps_per_s = line["grad_steps"] / max(dt, 1e-9)
                     actor = self.state.learner.export_actor()
                     check_finite(actor, "actor snapshot")  # acting keeps the last good weights
                     version = self.snapshot.publish(actor)

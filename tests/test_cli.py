@@ -81,7 +81,7 @@ def test_lockstep_runs_are_deterministic(tmp_path):
         return lines
 
     a, b = metrics("a"), metrics("b")
-    assert len(a) == 3000 and a[-1]["grad_steps"] == 2001
+    assert len(a) == 3000 and a[-1]["steps"] == 2001
     assert a == b
     ma = read_checkpoint(str(tmp_path / "a" / "w" / "sac_latest.zip"))["manifest"]["entries"]
     mb = read_checkpoint(str(tmp_path / "b" / "w" / "sac_latest.zip"))["manifest"]["entries"]

@@ -8,34 +8,24 @@ import os
 import sys
 import threading
 
-import gymnasium as gym
 import numpy as np
 import pytest
-from helpers import dir_digests
+from helpers import ACT_SPACE, OBS_SPACE, dir_digests, play, small_cfg
 
 from sacbot import policy
 from sacbot.agent import Agent
 from sacbot.channels import Channel, SaveSlot
-from sacbot.config import Config, ConfigError
+from sacbot.config import ConfigError
 from sacbot.messages import MessageError, NewEpisode, Shutdown, Transition, decode, encode, make_transition
 from sacbot.snapshot import SnapshotReader, WeightSnapshot
 from sacbot.training import TrainingState, handle_message, train_pass
 
 pytestmark = pytest.mark.timeout(60)
 
-OBS_SPACE = gym.spaces.Box(-1, 1, (3,), np.float32)
-ACT_SPACE = gym.spaces.Box(-2, 2, (1,), np.float32)
 
 
 def tr(i=0.0, term=False, trunc=False):
     return make_transition([i, 0, 0], [0.5], 1.0, [i + 1, 0, 0], term, trunc, obs_dim=3, act_dim=1)
-
-
-def small_cfg(tmp_path, **kw):
-    base = dict(hidden=8, batch_size=2, seq_len=4, learning_starts=4, calib_updates=2,
-                run_dir=str(tmp_path / "run"), weights_path=str(tmp_path / "w"), quiet=True)
-    base.update(kw)
-    return Config(**base)
 
 
 # --- messages -----------------------------------------------------------------------
@@ -164,7 +154,7 @@ def test_utd_steps_with_fractional_carry(tmp_path):
     for _ in range(4):
         for i in range(3):
             handle_message(st, tr(i))
-        steps.append(train_pass(st)["pass_grad_steps"])
+        steps.append(train_pass(st)["grad_steps"])
     assert steps == [2, 2, 2, 3]  # 2.25, 2.5, 2.75, 3.0 owed: remainder carried
     assert st.grad_steps == 9 and st.utd_carry == pytest.approx(0.0)
 
@@ -209,9 +199,9 @@ def test_no_steps_before_learning_starts(tmp_path):
     st = TrainingState.fresh(small_cfg(tmp_path, learning_starts=10), 3, 1)
     for i in range(9):
         handle_message(st, tr(i))
-    assert train_pass(st)["pass_grad_steps"] == 0
+    assert train_pass(st)["grad_steps"] == 0
     handle_message(st, tr(9))
-    assert train_pass(st)["pass_grad_steps"] == 1
+    assert train_pass(st)["grad_steps"] == 1
 
 
 def test_saves_are_offered_inside_the_step_loop_and_drops_counted(tmp_path):
@@ -225,7 +215,7 @@ def test_saves_are_offered_inside_the_step_loop_and_drops_counted(tmp_path):
     for i in range(4):
         handle_message(st, tr(i))
     line = train_pass(st, offer)
-    assert line["pass_grad_steps"] == 20
+    assert line["grad_steps"] == 20
     assert offers == [3, 6, 9, 12, 15, 18]  # one burst, six saves offered at the interval
     assert st.save_offers_dropped == 5
 
@@ -243,18 +233,6 @@ def test_opponent_change_clears_by_default_and_keep_keeps(tmp_path):
 
 
 # --- the Agent with real threads --------------------------------------------------------
-def play(agent, n, opponent="x"):
-    agent.new_episode(opponent)
-    obs = np.zeros(3, np.float32)
-    for t in range(n):
-        a = agent.act(obs)
-        assert ACT_SPACE.contains(a.astype(np.float32))
-        obs = np.full(3, (t % 7) / 7, np.float32)
-        agent.observe(float(a[0]), obs, False, t % 10 == 9)
-        if t % 10 == 9:
-            agent.new_episode(opponent)
-
-
 def test_agent_trains_and_final_save_is_written(tmp_path):
     cfg = small_cfg(tmp_path, pace="lockstep", save_interval=1000)
     with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
@@ -437,7 +415,7 @@ def test_a_stop_mid_pass_keeps_the_remaining_steps_owed(tmp_path):
 
     st.learner.update = update_then_stop
     line = train_pass(st, stop=stop)
-    assert line["pass_grad_steps"] == 5 and st.grad_steps == 5
+    assert line["grad_steps"] == 5 and st.grad_steps == 5
     assert st.utd_carry == pytest.approx(7.0)  # 12 owed, 5 taken
 
 

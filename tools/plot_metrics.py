@@ -58,6 +58,8 @@ def figures(run_dir: str) -> dict:
 
     eps = read_jsonl(os.path.join(run_dir, "episodes.jsonl"))
     mets = [m for m in read_jsonl(os.path.join(run_dir, "training_metrics.jsonl")) if "grad_steps" in m]
+    for m in mets:  # cumulative steps: "steps" since the original's field names; "grad_steps" before
+        m["total_steps"] = m["steps"] if "steps" in m else m["grad_steps"]
     evals = read_jsonl(os.path.join(run_dir, "evals.jsonl"))
     if not (eps or mets or evals):
         raise PlotError(f"{run_dir}: no episodes.jsonl, training_metrics.jsonl or evals.jsonl with data; "
@@ -79,14 +81,14 @@ def figures(run_dir: str) -> dict:
     learned = [m for m in mets if "critic_loss" in m]
     for key in ("critic_loss", "actor_loss", "alpha_loss", "alpha"):
         if learned:
-            ax.plot([m["grad_steps"] for m in learned], [m[key] for m in learned], label=key)
+            ax.plot([m["total_steps"] for m in learned], [m[key] for m in learned], label=key)
     ax.set(title="Losses and temperature", xlabel="gradient steps", yscale="symlog")
     figs["losses"] = fig
 
     fig, ax = plt.subplots(figsize=(8, 4))
     if len(mets) > 1:
         t = np.array([m["wall_time"] for m in mets])
-        g = np.array([m["grad_steps"] for m in mets])
+        g = np.array([m["total_steps"] for m in mets])
         rate = np.diff(g) / np.maximum(np.diff(t), 1e-9)
         ax.plot(g[1:], moving_average(rate, 50), label="grad steps/s (avg 50 passes)")
     ax.set(title="Learner speed", xlabel="gradient steps", ylabel="steps/s")
@@ -102,7 +104,7 @@ def figures(run_dir: str) -> dict:
 
     fig, ax = plt.subplots(figsize=(8, 4))
     if mets:
-        g = [m["grad_steps"] for m in mets]
+        g = [m["total_steps"] for m in mets]
         ax.plot(g, [m.get("drops", {}).get("transition", 0) for m in mets], label="transitions dropped")
         ax.plot(g, [m.get("drops", {}).get("other", 0) for m in mets], label="other messages dropped")
         ax.plot(g, [m.get("save_drops", 0) for m in mets], label="save offers dropped")
