@@ -65,6 +65,9 @@ def cmd_run(args, eval_mode: bool) -> int:
     from .envcheck import check_env
 
     check_env(cfg)  # a bad env kwarg is a config error before anything is written (issue 14)
+    from .tensorboard import start_sink
+
+    sink = start_sink(cfg)  # None without --tensorboard; without the extra a config error (exit 2)
     # Imported after the checks: torch takes seconds to import, a bad setting should not wait.
     from .agent import AgentError, summary
     from .driver import drive
@@ -76,6 +79,10 @@ def cmd_run(args, eval_mode: bool) -> int:
     except AgentError as e:
         print(f"sacbot: {e}", file=sys.stderr)
         return 1
+    finally:
+        if sink is not None and not sink.stop(timeout=10):  # after drive: the final lines are written
+            print("sacbot: the TensorBoard sink did not finish in 10 s; its last scalars may be missing "
+                  "(the JSONL files are complete)", file=sys.stderr)
     agent = report.pop("agent")
     if cfg.eval_mode:
         s = summary(agent)

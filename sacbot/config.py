@@ -119,6 +119,9 @@ class Config:
                            group="runtime")
     no_fresh_start: bool = _f(False, "Refuse to start when checkpoints exist but none loads.",
                               group="runtime")
+    tensorboard: str = _f("", "Directory for TensorBoard event files: training metrics, episode returns and win "
+                              "rates, evals and act latency, read from the JSONL files (needs the tensorboard "
+                              "extra: pip install 'sacbot[tensorboard]'); empty: off.", group="runtime")
 
     def __post_init__(self):
         for f in fields(self):
