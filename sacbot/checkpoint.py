@@ -30,8 +30,21 @@ version 2 had one ``replay.msgpack.zst`` and still loads.
 Zip entries are stored uncompressed; each payload is compressed by zstd.  Writes go to
 a temp file in the same directory, are fsynced, renamed over the target and the
 directory is fsynced, so a crash leaves either the old file or the new one.  Nothing
-is ever unpickled: msgpack decodes with ``raw=False`` and ``strict_map_key``, and every
-decompression is bounded by the manifest's size and an absolute cap.
+is ever unpickled: msgpack decodes with ``raw=False`` and ``strict_map_key``.
+
+Bounded reads (issue 14): a checkpoint may hold at most a *byte cap* of decompressed data, derived
+from the sizes of the bot it holds (``checkpoint_byte_cap``: learner arrays from ``hidden`` and the
+spaces, replay rows from ``buffer_size``, twice over plus 1 MiB) and never more than
+``MAX_CHECKPOINT_BYTES``.  Every size the file declares (zip member sizes, the manifest's ``size`` and
+``raw_size``, each zstd frame's content size) is checked against the cap before anything is read, and
+each decompression is bounded by it.  A zip member that is itself compressed is refused outright: sacbot
+stores its members uncompressed, and a deflated member is how a small file declares gigabytes.
+A writer never writes a file its own readers would refuse: ``write_checkpoint`` checks the same cap,
+and refuses arrays that hold NaN or inf (``NonFiniteState``).
+
+Rotation keeps the newest step file that verifies, even when newer ones are bad, and stale-temp
+cleanup removes only temps of writers that are no longer alive.  One writer per directory is the
+caller's job: hold a ``sacbot.lock.WriterLock`` on it.
 """
 
 from __future__ import annotations
@@ -44,6 +57,7 @@ import os
 import re
 import shutil
 import sys
+import threading
 import time
 import zipfile
 from collections.abc import Callable
@@ -62,8 +76,16 @@ LATEST = "sac_latest.zip"
 STEP_RE = re.compile(r"^sac_step_(\d+)\.zip$")
 CHUNK_RE = re.compile(r"^replay-(\d{3})\.msgpack\.zst$")
 TMP_PREFIX = ".sacbot-tmp-"
-MAX_ENTRY_BYTES = 2 << 30  # absolute cap on any decompressed entry (2 GiB)
+TMP_RE = re.compile(r"^" + re.escape(TMP_PREFIX) + r"(\d+)-")  # the writer's PID
+# Absolute ceiling on the decompressed bytes of one checkpoint, whatever its manifest claims.  The
+# default bot's checkpoint holds ~20 MB (hidden 64, 100k replay rows); 1 GiB leaves room for a replay
+# of ~5M rows of a 20-float observation, while a hostile manifest cannot make a reader allocate more.
+MAX_CHECKPOINT_BYTES = 1 << 30
+MAX_ENTRY_BYTES = MAX_CHECKPOINT_BYTES  # kept for callers of the old per-entry name
 MAX_MANIFEST_BYTES = 1 << 20
+FC_HIDDEN = 128  # fc2 width of actor and critic (SPEC 10; sacbot.sac.FC_HIDDEN, not imported: torch)
+CAP_FACTOR = 2  # the cap is twice the estimate: a margin for layers added later, never a tight fit
+CAP_SLACK = 1 << 20  # names, headers, RNG states and counters (a few KB measured), with room to spare
 MAX_ENTRIES = 80  # the fixed entries + up to 64 replay chunks
 ZSTD_LEVEL = 3  # measured in BENCHMARKS.md: level 3 is ~as small as 9 on weights, far faster
 
@@ -80,6 +102,75 @@ class CheckpointError(Exception):
 class CheckpointMismatch(CheckpointError):
     """A sound checkpoint of a bot with other settings (env spaces, network size, quantization)
     than this run's.  Not the file's fault: it is never set aside, and loading stops."""
+
+
+class NonFiniteState(CheckpointError):
+    """``write_checkpoint`` refused a payload whose arrays hold NaN or inf; nothing was written."""
+
+
+# --- byte cap ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ByteCap:
+    """The most decompressed bytes a read accepts from one checkpoint, and why that many."""
+    bytes: int
+    why: str
+
+
+def _learner_floats(obs_dim: int, act_dim: int, hidden: int) -> int:
+    """Float count of everything a checkpoint holds for the learner (sacbot/sac.py's layout):
+    model (actor, critic, target), Adam's two moments for actor and critic, and the actor export."""
+    i, h, f, a = obs_dim + act_dim, hidden, FC_HIDDEN, act_dim
+    lstm = 8 * h * h + 8 * h  # w_ih, w_hh (4h x h each) and two 4h biases
+    # Actor layers fc1, LSTM, fc2, head, plus their per-channel weight scales and input scales.
+    actor = (i * h + h) + lstm + (h * f + f) + (f * 2 * a + 2 * a) + (h + 8 * h + f + 2 * a) + 12
+    critic = (i * h + h) + lstm + 2 * (h + a) * f + 2 * f + 2 * f + 2  # core + twin heads
+    model, adam, export = actor + 2 * critic + 1, 2 * (actor + critic + 1), actor
+    return model + adam + export
+
+
+def replay_row_bytes(obs_dim: int, act_dim: int) -> int:
+    """obs and next_obs, action, reward (float32), terminated, truncated (bool), episode (int64)."""
+    return 4 * (2 * obs_dim + act_dim + 1) + 2 + 8
+
+
+def checkpoint_byte_cap(obs_dim: int, act_dim: int, hidden: int, buffer_size: int,
+                        replay: bool = True) -> int:
+    """The decompressed bytes a checkpoint of this bot may hold: the learner's arrays (from
+    ``hidden`` and the spaces) and ``buffer_size`` replay rows, times ``CAP_FACTOR``, plus
+    ``CAP_SLACK``.  Not clamped: compare with ``MAX_CHECKPOINT_BYTES`` to see whether such a bot's
+    checkpoints can be written at all."""
+    est = 4 * _learner_floats(obs_dim, act_dim, hidden)
+    if replay:
+        est += buffer_size * replay_row_bytes(obs_dim, act_dim)
+    return CAP_FACTOR * est + CAP_SLACK
+
+
+def _positive_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x > 0
+
+
+def byte_cap_for(manifest: dict, cap: int | None = None) -> ByteCap:
+    """The cap a read applies: ``cap`` when the caller gives one, else derived from the sizes the
+    manifest's own config and spaces state; never over ``MAX_CHECKPOINT_BYTES``."""
+    ceiling = f"the absolute ceiling MAX_CHECKPOINT_BYTES ({MAX_CHECKPOINT_BYTES:,d})"
+    if cap is not None:
+        if cap >= MAX_CHECKPOINT_BYTES:
+            return ByteCap(MAX_CHECKPOINT_BYTES, f"the caller's cap {cap:,d}, clamped to {ceiling}")
+        return ByteCap(int(cap), f"given by the caller ({cap:,d} bytes)")
+    cfg, spaces = manifest.get("config"), manifest.get("spaces")
+    cfg, spaces = cfg if isinstance(cfg, dict) else {}, spaces if isinstance(spaces, dict) else {}
+    sizes = {"obs_dim": spaces.get("obs_dim"), "act_dim": spaces.get("act_dim"),
+             "hidden": cfg.get("hidden"), "buffer_size": cfg.get("buffer_size")}
+    if not all(_positive_int(v) for v in sizes.values()):
+        return ByteCap(MAX_CHECKPOINT_BYTES, f"{ceiling}: the manifest does not state the sizes "
+                                             "(obs_dim, act_dim, hidden, buffer_size) to derive a cap from")
+    derived = checkpoint_byte_cap(**sizes)
+    stated = ", ".join(f"{k}={v}" for k, v in sizes.items())
+    if derived > MAX_CHECKPOINT_BYTES:
+        return ByteCap(MAX_CHECKPOINT_BYTES, f"{ceiling}; the manifest's sizes ({stated}) would allow "
+                                             f"{derived:,d}")
+    return ByteCap(derived, f"derived from the manifest's sizes ({stated}): learner arrays and "
+                            f"replay rows x{CAP_FACTOR}, plus {CAP_SLACK:,d}")
 
 
 def _sacbot_version() -> str:
@@ -142,11 +233,24 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
     atomic_write(path, lambda fh: fh.write(data))
 
 
-def atomic_write(path: str, write: Callable[[BinaryIO], object]) -> None:
-    """``write(fh)`` into a temp file in the same directory, flush, fsync, os.replace, fsync
-    the directory: a crash leaves the old file or the new one, never a mix."""
+def atomic_write_text(path: str, text: str, encoding: str = "utf-8") -> None:
+    """``atomic_write_bytes`` of ``text``; the directory must exist."""
+    atomic_write_bytes(path, text.encode(encoding))
+
+
+def temp_path(path: str) -> str:
+    """The temp name ``atomic_write`` uses for ``path``: beside it, named for this process (so
+    ``remove_stale_temps`` can tell a dead writer's temp from a live one's) and this thread (so
+    two threads writing one target never share a temp)."""
     d = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(d, f"{TMP_PREFIX}{os.getpid()}-{os.path.basename(path)}")
+    return os.path.join(d, f"{TMP_PREFIX}{os.getpid()}-{threading.get_native_id()}-{os.path.basename(path)}")
+
+
+def atomic_write(path: str, write: Callable[[BinaryIO], object]) -> None:
+    """THE atomic write (issue 12): ``write(fh)`` into a temp file in the same directory, flush,
+    fsync, os.replace, fsync the directory: a crash leaves the old file or the new one, never a mix."""
+    d = os.path.dirname(os.path.abspath(path))
+    tmp = temp_path(path)
     try:
         with open(tmp, "wb") as fh:
             write(fh)
@@ -262,21 +366,60 @@ def _content_size(frame: bytes) -> int:
     return zstandard.frame_content_size(frame)
 
 
+def _non_finite(payload: dict) -> list[tuple[str, int, int]]:
+    """(name, non-finite count, size) of each float array of the payload holding NaN or inf."""
+    arrays = list(payload["arrays"].items())
+    for c in payload.get("replay_chunks", ()):
+        arrays += [(f"{k} (replay chunk {c['index']})", v) for k, v in c["arrays"].items()]
+    out = []
+    for k, a in arrays:
+        a = np.asarray(a)
+        if a.dtype.kind in "fc":
+            bad = a.size - int(np.count_nonzero(np.isfinite(a)))
+            if bad:
+                out.append((k, bad, a.size))
+    return out
+
+
+def _check_writable(directory: str, payload: dict, manifest: dict) -> None:
+    """Refuse what must never reach disk: non-finite arrays (a poisoned learner), and a file over
+    the cap its own readers would derive (they would set it aside as corrupt)."""
+    step = manifest["step"]
+    bad = _non_finite(payload)
+    if bad:
+        names = ", ".join(f"{k} ({n} of {size})" for k, n, size in bad[:5]) + (" ..." if len(bad) > 5 else "")
+        raise NonFiniteState(f"refusing to save step {step}: {len(bad)} array(s) hold NaN or inf: {names}; "
+                             f"nothing was written, the checkpoints in {directory!r} are kept")
+    total = sum(e["raw_size"] for e in manifest["entries"].values())
+    cap = byte_cap_for(manifest)
+    if total > cap.bytes:
+        raise CheckpointError(f"refusing to save step {step}: it would hold {total:,d} decompressed bytes, "
+                              f"over the cap {cap.bytes:,d} ({cap.why}) that a reader applies; nothing was "
+                              "written (lower --buffer-size)")
+
+
 def write_checkpoint(directory: str, payload: dict, keep_last: int = 5, config: dict | None = None,
-                     spaces: dict | None = None, cache: ReplayChunkCache | None = None) -> Receipt:
-    """Write ``sac_latest.zip`` and ``sac_step_<N>.zip`` atomically, rotate, return a receipt.
-    ``cache`` supplies replay chunks the payload leaves out (see ``ReplayChunkCache``)."""
+                     spaces: dict | None = None, cache: ReplayChunkCache | None = None,
+                     latest_name: str = LATEST) -> Receipt:
+    """Write ``sac_step_<N>.zip`` and ``latest_name`` (``sac_latest.zip``, or the file name the
+    original bot's weights path gave) atomically, rotate, return a receipt.
+    ``cache`` supplies replay chunks the payload leaves out (see ``ReplayChunkCache``).  Raises
+    ``NonFiniteState`` (writing nothing) when an array holds NaN or inf, and ``CheckpointError``
+    when the file would be over its byte cap.  The caller should hold the directory's
+    ``sacbot.lock.WriterLock``."""
     t0 = time.perf_counter()
     os.makedirs(directory, exist_ok=True)
     entries, manifest = _encode(payload, config, spaces, cache)
+    _check_writable(directory, payload, manifest)
     step = manifest["step"]
     step_path = os.path.join(directory, f"sac_step_{step}.zip")
     # Streamed to disk rather than assembled in memory: on the I/O thread, big in-memory copies
     # hold the GIL and stall the training thread; file writes and reads release it.
     atomic_write(step_path, lambda fh: _write_zip(fh, entries, manifest))
     size, sha = os.path.getsize(step_path), _file_sha256(step_path)
-    atomic_write(os.path.join(directory, LATEST), lambda fh: _copy_into(step_path, fh))
-    rotate(directory, keep_last)
+    atomic_write(os.path.join(directory, latest_name), lambda fh: _copy_into(step_path, fh))
+    # The file just written comes from finite arrays with fresh digests: rotation need not re-read it.
+    rotate(directory, keep_last, verified=(step_path,))
     return Receipt(path=step_path, step=step, bytes=size, sha256=sha,
                    write_ms=(time.perf_counter() - t0) * 1e3,
                    entry_bytes={n: e["size"] for n, e in manifest["entries"].items()})
@@ -291,19 +434,63 @@ def step_files(directory: str) -> list[tuple[int, str]]:
     return sorted(out)
 
 
-def rotate(directory: str, keep_last: int) -> None:
-    files = step_files(directory)
-    for _, path in files[: max(0, len(files) - keep_last)]:
+def _verifies(path: str) -> bool:
+    try:
+        read_checkpoint(path)
+        return True
+    except CheckpointError:
+        return False
+
+
+def rotate(directory: str, keep_last: int, verified: tuple[str, ...] = ()) -> list[str]:
+    """Delete the step files beyond the newest ``keep_last``, but never the newest one that
+    passes full verification (issue 14: NaN saves once rotated the last good file away).  Files
+    are verified newest first and only until one passes; ``verified`` names files known good
+    (the one just written).  Returns the deleted paths."""
+    files = [p for _, p in step_files(directory)]
+    doomed = files[: max(0, len(files) - keep_last)]
+    if not doomed:
+        return []
+    good = next((p for p in reversed(files) if p in verified or _verifies(p)), None)
+    removed = []
+    for path in doomed:
+        if path == good:
+            continue
         try:
             os.unlink(path)
+            removed.append(path)
         except OSError:
             pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    except (OverflowError, ValueError):
+        return False  # not a PID any process can have
+    return True
 
 
 def remove_stale_temps(directory: str) -> list[str]:
-    """Delete temp files a crashed writer left: only sacbot's own, by name pattern."""
+    """Delete temp files that crashed writers left: only sacbot's own (by name), and only those of
+    writers no longer alive (the PID in the name, checked with ``os.kill(pid, 0)``); never this
+    process's own.  A dead writer's PID that the OS has since given to a live process keeps its
+    temp until a later cleanup: a leak of one file, never a live writer's file lost.
+
+    Call it only while holding the directory's ``sacbot.lock.WriterLock``: the lock makes this
+    process the directory's one writer, and the PID check covers anything else that writes there."""
     removed = []
     for path in glob.glob(os.path.join(glob.escape(directory), TMP_PREFIX + "*")):
+        m = TMP_RE.match(os.path.basename(path))
+        if m and _alive(int(m.group(1))):
+            continue
         try:
             os.unlink(path)
             removed.append(path)
@@ -325,8 +512,13 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 def _read_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes:
+    """A member's bytes, never more than ``limit``: refused before reading when it is compressed
+    inside the zip or declares more, and read with a bound, so a lying header cannot overrun."""
+    if info.compress_type != zipfile.ZIP_STORED:
+        raise CheckpointError(f"entry {info.filename} is compressed inside the zip (method "
+                              f"{info.compress_type}); sacbot stores entries uncompressed")
     if info.file_size > limit:
-        raise CheckpointError(f"entry {info.filename} is {info.file_size} bytes, over the limit {limit}")
+        raise CheckpointError(f"entry {info.filename} is {info.file_size:,d} bytes, over the limit {limit:,d}")
     with zf.open(info) as fh:
         data = fh.read(limit + 1)
     if len(data) > limit:
@@ -334,11 +526,28 @@ def _read_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes
     return data
 
 
-def read_checkpoint(path: str, entries: tuple[str, ...] | None = None) -> dict:
-    """Verify and decode a checkpoint.  Returns {"manifest", "arrays", "meta"}.
-    Raises CheckpointError, and only CheckpointError, for anything wrong with the file."""
+def _read_manifest(zf: zipfile.ZipFile, path: str) -> dict:
+    info = zf.getinfo("manifest.json")
     try:
-        return _read_checkpoint(path, entries)
+        manifest = json.loads(_read_entry(zf, info, MAX_MANIFEST_BYTES))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path}: manifest.json is not valid JSON ({e})") from None
+    if not isinstance(manifest, dict) or manifest.get("format", FORMAT) != FORMAT:
+        fmt = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+        raise CheckpointError(f"{path}: not a sacbot checkpoint (format {fmt!r})")
+    return manifest
+
+
+def read_checkpoint(path: str, entries: tuple[str, ...] | None = None, cap: int | None = None) -> dict:
+    """Verify and decode a checkpoint.  Returns {"manifest", "arrays", "meta", "byte_cap"}.
+    Raises CheckpointError, and only CheckpointError, for anything wrong with the file.
+
+    ``cap`` bounds the decompressed bytes of the whole file (``checkpoint_byte_cap`` gives the
+    cap for a config).  Without it the cap is derived from the sizes the manifest states; either
+    way never over ``MAX_CHECKPOINT_BYTES``.  A run that resumes should not pass a cap from its
+    own config: a file from a bigger ``--buffer-size`` is a changed setting, not a corrupt file."""
+    try:
+        return _read_checkpoint(path, entries, cap)
     except CheckpointError:
         raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, KeyError,
@@ -347,7 +556,36 @@ def read_checkpoint(path: str, entries: tuple[str, ...] | None = None) -> dict:
         raise CheckpointError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
 
 
-def _read_checkpoint(path: str, entries: tuple[str, ...] | None) -> dict:
+def _size(d, key: str, path: str, name: str) -> int:
+    v = d.get(key) if isinstance(d, dict) else None
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise CheckpointError(f"{path}: manifest entry {name} has no valid {key} ({v!r})")
+    return v
+
+
+def _check_declared(path: str, by_name: dict[str, zipfile.ZipInfo], declared: dict, cap: ByteCap) -> None:
+    """Every size the file declares, against the cap, before any entry is read."""
+    over = f"over the byte cap {cap.bytes:,d} ({cap.why})"
+    for n, info in by_name.items():
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise CheckpointError(f"{path}: entry {n} is compressed inside the zip (method {info.compress_type}, "
+                                  f"declaring {info.file_size:,d} bytes); sacbot stores entries uncompressed, "
+                                  "so it did not write this file")
+    stored = sum(i.file_size for i in by_name.values())
+    if stored > cap.bytes:
+        raise CheckpointError(f"{path}: its zip members declare {stored:,d} bytes, {over}")
+    raw = 0
+    for n, d in declared.items():
+        size, raw_size = _size(d, "size", path, n), _size(d, "raw_size", path, n)
+        if n in by_name and by_name[n].file_size != size:
+            raise CheckpointError(f"{path}: entry {n} is {by_name[n].file_size:,d} bytes in the zip, "
+                                  f"{size:,d} in the manifest (corrupt)")
+        raw += raw_size
+    if raw > cap.bytes:
+        raise CheckpointError(f"{path}: its entries declare {raw:,d} decompressed bytes, {over}")
+
+
+def _read_checkpoint(path: str, entries: tuple[str, ...] | None, cap_arg: int | None) -> dict:
     with zipfile.ZipFile(path) as zf:
         infos = zf.infolist()
         if len(infos) > MAX_ENTRIES:
@@ -360,22 +598,19 @@ def _read_checkpoint(path: str, entries: tuple[str, ...] | None) -> dict:
             by_name[n] = info
         if "manifest.json" not in by_name:
             raise CheckpointError(f"{path}: no manifest.json")
-        try:
-            manifest = json.loads(_read_entry(zf, by_name["manifest.json"], MAX_MANIFEST_BYTES))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise CheckpointError(f"{path}: manifest.json is not valid JSON ({e})") from None
-        if not isinstance(manifest, dict) or manifest.get("format", FORMAT) != FORMAT:
-            raise CheckpointError(f"{path}: not a sacbot checkpoint (format {manifest.get('format')!r})")
+        manifest = _read_manifest(zf, path)
+        cap = byte_cap_for(manifest, cap_arg)
         version = manifest.get("format_version", 1)  # SPEC: a missing version means 1
         if version == 1:
             from .migrations import read_v1
-            return read_v1(path, zf, manifest, by_name)
+            return {**read_v1(path, zf, manifest, by_name, cap), "byte_cap": cap}
         if version not in READABLE_VERSIONS:
             raise CheckpointError(f"{path}: format_version {version!r} is not supported "
                                   f"(this sacbot reads {', '.join(map(str, READABLE_VERSIONS))})")
         declared = manifest.get("entries")
         if not isinstance(declared, dict):
             raise CheckpointError(f"{path}: manifest has no entry table")
+        _check_declared(path, by_name, declared, cap)
         for n in by_name:
             if n != "manifest.json" and n not in declared:
                 print(f"sacbot: warning: {path}: ignoring unknown entry {n!r}", file=sys.stderr)
@@ -389,17 +624,19 @@ def _read_checkpoint(path: str, entries: tuple[str, ...] | None) -> dict:
         arrays: dict[str, np.ndarray] = {}
         parts: dict[str, list[np.ndarray]] = {}
         meta: dict = {}
+        budget = cap.bytes  # enforced while streaming too, not only from the declarations
         for n in want:
             if n not in declared:
                 raise CheckpointError(f"{path}: entry {n} is missing from the manifest")
             if n not in by_name:
                 raise CheckpointError(f"{path}: entry {n} is listed but absent")
             d = declared[n]
-            size, raw_size = int(d["size"]), int(d["raw_size"])
+            size, raw_size = d["size"], d["raw_size"]
             blob = _read_entry(zf, by_name[n], size)
             if len(blob) != size or hashlib.sha256(blob).hexdigest() != d["sha256"]:
                 raise CheckpointError(f"{path}: entry {n} fails its sha256/size check (corrupt)")
-            obj = decode_entry(blob, raw_size, path, n)
+            obj = decode_entry(blob, raw_size, path, n, budget)
+            budget -= raw_size
             if CHUNK_RE.match(n):
                 for k, v in obj["arrays"].items():
                     parts.setdefault(k, []).append(v)
@@ -412,16 +649,21 @@ def _read_checkpoint(path: str, entries: tuple[str, ...] | None) -> dict:
                 raise CheckpointError(f"{path}: replay chunks disagree on {k}")
             arrays[k] = np.concatenate(vs)
         _check_finite(arrays, path)
-        return {"manifest": manifest, "arrays": arrays, "meta": meta}
+        return {"manifest": manifest, "arrays": arrays, "meta": meta, "byte_cap": cap}
 
 
-def decode_entry(blob: bytes, raw_size: int, path: str, name: str) -> dict:
-    if raw_size < 0 or raw_size > MAX_ENTRY_BYTES:
-        raise CheckpointError(f"{path}: entry {name} declares {raw_size} bytes, over the cap")
+def decode_entry(blob: bytes, raw_size: int, path: str, name: str, limit: int = MAX_CHECKPOINT_BYTES) -> dict:
+    """Decompress and decode one entry, never producing more than ``raw_size`` (checked against
+    ``limit`` and against the zstd frame's own content size first) bytes."""
+    if raw_size < 0 or raw_size > limit:
+        raise CheckpointError(f"{path}: entry {name} declares {raw_size:,d} decompressed bytes, over the "
+                              f"{limit:,d} left under the byte cap")
     fcs = zstandard.frame_content_size(blob)
     if fcs != raw_size:
         raise CheckpointError(f"{path}: entry {name} content size {fcs} differs from manifest {raw_size}")
     raw = zstandard.ZstdDecompressor().decompress(blob, max_output_size=raw_size)
+    if len(raw) != raw_size:
+        raise CheckpointError(f"{path}: entry {name} decompressed to {len(raw):,d} bytes, not {raw_size:,d}")
     obj = unpack(raw, max_size=raw_size + 1)
     if not isinstance(obj, dict) or not isinstance(obj.get("arrays"), dict):
         raise CheckpointError(f"{path}: entry {name} has no array table")
@@ -437,18 +679,47 @@ def _check_finite(arrays: dict[str, np.ndarray], path: str) -> None:
             raise CheckpointError(f"{path}: {k} holds non-finite values")
 
 
+# Config fields whose change makes a saved learner mean something else, with why.  Every other
+# field may change on resume: training settings apply from the next update, a smaller or larger
+# --buffer-size keeps the newest rows (the loader's job), and --device moves the state.
+RESUME_FIELDS = {
+    "hidden": "the LSTM and layer shapes",
+    "quant": "the actor's layers (quantization-aware or fp32)",
+    "quant_bits": "the integer grid the actor's scales were learned for",
+    "memoryless": "whether the actor and critic were trained with a recurrent state at all",
+}
+
+
+def config_differences(saved_cfg: dict, cfg: dict) -> list[tuple[str, object, object]]:
+    """(field, saved value, value now) for each field of ``RESUME_FIELDS`` that differs.  Fields
+    absent from either side are not compared (older checkpoints lack newer fields), nor are the
+    bits of a saved fp32 actor, which has no integer grid."""
+    out = []
+    for key in RESUME_FIELDS:
+        if key not in saved_cfg or key not in cfg:
+            continue
+        if key == "quant_bits" and saved_cfg.get("quant", "on") != "on":
+            continue
+        if saved_cfg[key] != cfg[key]:
+            out.append((key, saved_cfg[key], cfg[key]))
+    return out
+
+
 def check_shapes(ckpt: dict, expect: dict, path: str) -> None:
     """Raise CheckpointMismatch when the checkpoint's bot does not fit ``expect``: obs_dim and
-    act_dim (from the env), and the config fields ``hidden`` and ``quant``, where given."""
+    act_dim (from the env), and every field of ``RESUME_FIELDS`` that ``expect`` holds (it may
+    hold a whole ``Config.to_dict()``; other fields are ignored).  The message names each
+    field with both values."""
     spaces = ckpt["manifest"].get("spaces", {})
     cfg = ckpt["manifest"].get("config", {})
     for key in ("obs_dim", "act_dim"):
         if key in expect and spaces.get(key) != expect[key]:
             raise CheckpointMismatch(f"{path}: {key} is {spaces.get(key)}, the env needs {expect[key]}")
-    for key in ("hidden", "quant"):
-        if key in expect and cfg.get(key) != expect[key]:
-            raise CheckpointMismatch(f"{path} holds a bot with {key} = {cfg.get(key)!r}, "
-                                     f"this run asks for {key} = {expect[key]!r}")
+    diffs = config_differences(cfg if isinstance(cfg, dict) else {}, expect)
+    if diffs:
+        raise CheckpointMismatch("; ".join(f"{path} holds a bot with {k} = {saved!r}, this run asks for "
+                                           f"{k} = {now!r} ({RESUME_FIELDS[k]} differ)"
+                                           for k, saved, now in diffs))
 
 
 def set_aside(path: str) -> str:
@@ -463,12 +734,12 @@ def set_aside(path: str) -> str:
     return dst
 
 
-def candidates(directory: str) -> list[str]:
+def candidates(directory: str, latest_name: str = LATEST) -> list[str]:
     """Files to try, newest first: sac_latest.zip, then step files by step; but step files newer
     than sac_latest.zip go before it (a crash between writing the step file and copying it to
     sac_latest.zip leaves the latter one save behind)."""
     steps = step_files(directory)[::-1]
-    latest = os.path.join(directory, LATEST)
+    latest = os.path.join(directory, latest_name)
     if not os.path.exists(latest):
         return [p for _, p in steps]
     at = _manifest_step(latest)
@@ -480,23 +751,20 @@ def _manifest_step(path: str) -> int | None:
     """The step in a checkpoint's manifest, or None if it cannot be read (the full check comes later)."""
     try:
         with zipfile.ZipFile(path) as zf:
-            info = zf.getinfo("manifest.json")
-            if info.file_size > MAX_MANIFEST_BYTES:
-                return None
-            step = json.loads(zf.read(info)).get("step")
+            step = _read_manifest(zf, path).get("step")
         return int(step) if isinstance(step, int) else None
-    except (OSError, zipfile.BadZipFile, KeyError, ValueError, AttributeError, EOFError):
+    except (CheckpointError, OSError, zipfile.BadZipFile, KeyError, ValueError, AttributeError, EOFError):
         return None
 
 
 def load_latest(directory: str, expect: dict | None = None, entries: tuple[str, ...] | None = None,
-                log=print, set_aside_bad: bool = True) -> tuple[dict, str] | None:
+                log=print, set_aside_bad: bool = True, latest_name: str = LATEST) -> tuple[dict, str] | None:
     """Load the newest valid checkpoint; set aside each file that fails, try the next.
     Returns (checkpoint, path) or None when there is no file or none is valid.  A sound file
     that does not fit ``expect`` raises CheckpointMismatch and changes nothing: the run's
     settings are wrong, not the file, and an older step file of the same bot would not fit
     either."""
-    for path in candidates(directory):
+    for path in candidates(directory, latest_name):
         try:
             ckpt = read_checkpoint(path, entries)
             if expect:

@@ -129,8 +129,13 @@ def cmd_inspect(args) -> int:
     print(f"  sacbot {m.get('sacbot_version')}, step {m.get('step')}, env steps {m.get('env_steps')}")
     for n, e in sorted(m.get("entries", {}).items()):
         print(f"  {n:24s} {e['size']:>12,d} bytes  sha256 {e['sha256'][:16]}…  verified")
+    # The read was bounded (issue 14): say by how much, and where the bound came from.
+    raw = sum(e.get("raw_size", e["size"]) for e in m.get("entries", {}).values())
+    cap = ck["byte_cap"]
+    print(f"  byte cap {cap.bytes:,d} ({cap.why}); the entries hold {raw:,d} decompressed bytes")
     cfg = m.get("config", {})
-    keys = ("env", "hidden", "batch_size", "seq_len", "utd_ratio", "quant", "quant_bits")
+    keys = ("env", "hidden", "batch_size", "seq_len", "utd_ratio", "buffer_size", "quant", "quant_bits",
+            "memoryless")
     print("  config: " + ", ".join(f"{k}={cfg[k]}" for k in keys if k in cfg))
     return 0
 

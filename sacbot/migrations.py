@@ -17,12 +17,17 @@ from . import checkpoint as ck
 from .messages import unpack
 
 
-def read_v1(path: str, zf, manifest: dict, by_name: dict) -> dict:
+def read_v1(path: str, zf, manifest: dict, by_name: dict, cap: ck.ByteCap) -> dict:
+    """The version-1 file as a current checkpoint; ``cap`` bounds its one entry, which is read
+    only after its declared size is checked (see checkpoint.py, "Bounded reads")."""
     if "state.msgpack" not in by_name:
         raise ck.CheckpointError(f"{path}: version-1 checkpoint without state.msgpack")
-    size = int(manifest.get("size", -1))
-    if not 0 <= size <= ck.MAX_ENTRY_BYTES:
-        raise ck.CheckpointError(f"{path}: version-1 manifest declares a bad size {size}")
+    size = manifest.get("size", -1)
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise ck.CheckpointError(f"{path}: version-1 manifest declares a bad size {size!r}")
+    if size > cap.bytes:
+        raise ck.CheckpointError(f"{path}: version-1 state declares {size:,d} bytes, over the byte cap "
+                                 f"{cap.bytes:,d} ({cap.why})")
     blob = ck._read_entry(zf, by_name["state.msgpack"], size)
     if len(blob) != size or hashlib.sha256(blob).hexdigest() != manifest.get("sha256"):
         raise ck.CheckpointError(f"{path}: state.msgpack fails its sha256/size check (corrupt)")

@@ -6,6 +6,9 @@ import hashlib
 import json
 import os
 import pickle
+import subprocess
+import sys
+import time
 import zipfile
 
 import numpy as np
@@ -146,7 +149,7 @@ def test_version_1_fixture_loads_through_the_migration():
     assert st.grad_steps == 9 and len(st.replay) == 10
     assert float(st.learner.log_alpha.detach()) == pytest.approx(float(c["arrays"]["log_alpha"]))
     handle_message(st, tr(50))
-    assert train_pass(st)["pass_grad_steps"] == 1  # and training continues
+    assert train_pass(st)["grad_steps"] == 1  # and training continues
 
 
 FIXTURE_V2 = os.path.join(os.path.dirname(__file__), "fixtures", "ckpt_v2.zip")
@@ -366,9 +369,31 @@ def test_fuzz_mutated_valid_files_only_raise_checkpoint_error(tmp_path, edits, c
     p = tmp_path / "mut.zip"
     p.write_bytes(bytes(b))
     try:
-        ck.read_checkpoint(str(p))
+        got = ck.read_checkpoint(str(p))
     except ck.CheckpointError:
-        pass
+        return  # refused: the one other outcome allowed
+    # A flip in bytes nothing reads (zip header dates, padding) may leave a file that loads; what
+    # it loads must then be the original, bit for bit (issue 12: a test that cannot fail is none).
+    want = _valid_loaded()
+    assert got["manifest"] == want["manifest"] and got["meta"] == want["meta"]
+    assert got["arrays"].keys() == want["arrays"].keys()
+    for k, a in want["arrays"].items():
+        assert got["arrays"][k].dtype == a.dtype and np.array_equal(got["arrays"][k], a), k
+
+
+_VALID_LOADED = None
+
+
+def _valid_loaded():
+    global _VALID_LOADED
+    if _VALID_LOADED is None:
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "valid.zip")
+            with open(p, "wb") as fh:
+                fh.write(_valid_bytes())
+            _VALID_LOADED = ck.read_checkpoint(p)
+    return _VALID_LOADED
 
 
 def test_export_bot_drops_the_replay_and_keeps_a_loadable_checkpoint(tmp_path):
@@ -409,3 +434,350 @@ def test_a_step_file_newer_than_sac_latest_loads_first(tmp_path):
     loaded, path = ck.load_latest(str(tmp_path), log=lambda m: None)
     assert path.endswith(f"sac_step_{st.grad_steps}.zip") and loaded["meta"]["grad_steps"] == st.grad_steps
     assert ck.candidates(str(tmp_path))[1].endswith(ck.LATEST)
+
+
+# --- bounded reads: the two bombs of issue 14 -----------------------------------------------
+AS_LIMIT = 3 << 29  # 1.5 GiB of address space for the reading child: the stated memory bound
+RSS_BOUND = 256 << 20  # and its peak RSS (VmHWM) must stay this far below that
+SPACES = {"obs_dim": 3, "act_dim": 1}
+
+
+def small_checkpoint_with_replay() -> tuple[dict, dict]:
+    """(members, manifest) of a real checkpoint of a small bot (hidden 8, buffer 64) with a replay."""
+    st = trained_state(None)
+    data, manifest = ck.build_zip(st.payload(True), config=st.cfg.to_dict() | {"buffer_size": 64}, spaces=SPACES)
+    import io
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        return {i.filename: zf.read(i) for i in zf.infolist()}, manifest
+
+
+def _raw_zip(path, members) -> None:
+    """Write a zip by hand: ``members`` is [(name, data, method, crc, file_size)], so a member may
+    declare a size its data only reaches when inflated (zipfile would compress it itself)."""
+    import struct
+    central, off = [], 0
+    with open(path, "wb") as fh:
+        for name, data, method, crc, size in members:
+            n = name.encode()
+            fh.write(struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, method, 0, 0x21, crc, len(data), size,
+                                 len(n), 0) + n + data)
+            central.append(struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, method, 0, 0x21, crc,
+                                       len(data), size, len(n), 0, 0, 0, 0, 0, off) + n)
+            off += 30 + len(n) + len(data)
+        cd = b"".join(central)
+        fh.write(cd + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(members), len(members), len(cd), off, 0))
+
+
+def _stored(name, data):
+    import zlib
+    return (name, data, zipfile.ZIP_STORED, zlib.crc32(data), len(data))
+
+
+def deflate_bomb(path, gib: int = 3) -> None:
+    """Issue 14's first bomb: a ~3 MB zip whose model entry inflates to ``gib`` GiB of zeros.
+    Deflate output after a full flush restarts from a clean state, so one compressed 64 MiB block
+    repeats: the stream is built in a second, not by deflating gigabytes."""
+    import zlib
+    members, manifest = small_checkpoint_with_replay()
+    zeros = bytes(64 << 20)
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = c.compress(zeros) + c.flush(zlib.Z_FULL_FLUSH)
+    n = gib * 16
+    stream = block * n + b"\x03\x00"  # + an empty final block
+    crc = 0
+    for _ in range(n):
+        crc = zlib.crc32(zeros, crc)
+    size = n * len(zeros)
+    manifest["entries"]["model.msgpack.zst"].update(size=size, raw_size=size)
+    members["manifest.json"] = json.dumps(manifest).encode()
+    _raw_zip(path, [_stored(k, v) for k, v in members.items() if k != "model.msgpack.zst"]
+             + [("model.msgpack.zst", stream, zipfile.ZIP_DEFLATED, crc, size)])
+
+
+def zstd_chunk_bomb(path, chunks: int = 4, mib: int = 512, claim: dict | None = None) -> None:
+    """Issue 14's second bomb: a small checkpoint whose replay is ``chunks`` zstd frames of ``mib``
+    MiB each (a zero-filled replay.obs), every digest and size in the manifest correct.  ``claim``
+    overrides the manifest's config (a hostile file can claim any bot)."""
+    import struct
+
+    import msgpack
+    members, manifest = small_checkpoint_with_replay()
+    rows = (mib << 20) // 12
+    header = msgpack.packb(["<f4", [rows, 3]])
+    data_len = rows * 12
+    prefix = (b"\x81" + msgpack.packb("arrays") + b"\x81" + msgpack.packb("replay.obs")
+              + b"\xc9" + struct.pack(">I", len(header) + data_len) + b"\x01" + header)
+    raw_size = len(prefix) + data_len
+    cobj = zstandard.ZstdCompressor(level=1, write_content_size=True).compressobj(size=raw_size)
+    parts, piece = [cobj.compress(prefix)], bytes(16 << 20)
+    left = data_len
+    while left:
+        parts.append(cobj.compress(piece[:min(left, len(piece))]))
+        left -= min(left, len(piece))
+    frame = b"".join(parts) + cobj.flush()
+    for name in [n for n in members if n.startswith("replay-")]:
+        del members[name]
+        del manifest["entries"][name]
+    for k in range(chunks):
+        reseal(members, manifest, f"replay-{k:03d}.msgpack.zst", frame, raw_size)
+    manifest["config"].update(claim or {})
+    members["manifest.json"] = json.dumps(manifest).encode()
+    with zipfile.ZipFile(path, "w") as zf:
+        for n, b in members.items():
+            zf.writestr(n, b)
+
+
+@pytest.fixture(scope="module")
+def bombs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bombs")
+    out = {"deflate 3 GiB": d / "deflate.zip", "zstd 4 x 512 MiB": d / "chunks.zip",
+           "zstd 4 x 512 MiB, manifest claims a huge bot": d / "chunks-claim.zip"}
+    deflate_bomb(out["deflate 3 GiB"])
+    zstd_chunk_bomb(out["zstd 4 x 512 MiB"])
+    zstd_chunk_bomb(out["zstd 4 x 512 MiB, manifest claims a huge bot"],
+                    claim={"hidden": 4096, "buffer_size": 10**12})
+    return out
+
+
+REFUSAL = {"deflate 3 GiB": "compressed inside the zip",
+           "zstd 4 x 512 MiB": "over the byte cap",
+           "zstd 4 x 512 MiB, manifest claims a huge bot": "absolute ceiling"}
+
+# Runs the reader under RLIMIT_AS and reports its own peak RSS; the reader is either the CLI
+# (`python -m sacbot inspect FILE`) or read_checkpoint (exit 1 on CheckpointError).
+BOUNDED_CHILD = """
+import resource, runpy, sys
+resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
+mode, path = sys.argv[1], sys.argv[2]
+code = 0
+try:
+    if mode == "inspect":
+        sys.argv = ["sacbot", "inspect", path]
+        runpy.run_module("sacbot", run_name="__main__")
+    else:
+        from sacbot.checkpoint import CheckpointError, read_checkpoint
+        try:
+            read_checkpoint(path)
+            print("loaded")
+        except CheckpointError as e:
+            print(f"CheckpointError: {{e}}")
+            code = 1
+except SystemExit as e:
+    code = e.code
+# VmHWM, not ru_maxrss: Linux carries the forking parent's peak into a child's ru_maxrss at exec.
+hwm = [line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")]
+print(f"maxrss_kib={{hwm[0]}}", file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def run_bounded(mode: str, path, timeout: float = 60) -> tuple[subprocess.CompletedProcess, int]:
+    """Returns the child's result and its peak RSS in bytes."""
+    env = {**os.environ, "PYTHONPATH": os.path.abspath(os.path.join(os.path.dirname(__file__), "..")),
+           "OPENBLAS_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-c", BOUNDED_CHILD.format(limit=AS_LIMIT), mode, str(path)],
+                       capture_output=True, text=True, timeout=timeout, env=env)
+    rss = [int(x.split("=")[1]) * 1024 for x in r.stderr.split() if x.startswith("maxrss_kib=")]
+    assert rss, r.stderr
+    return r, rss[0]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", ["inspect", "read_checkpoint"])
+def test_both_bombs_are_refused_quickly_within_the_memory_bound(bombs, mode):
+    for name, path in bombs.items():
+        assert os.path.getsize(path) < 5 << 20, name  # small files ...
+        t0 = time.monotonic()
+        r, rss = run_bounded(mode, path)
+        took = time.monotonic() - t0
+        out = r.stdout
+        assert r.returncode == 1, (name, r.stdout, r.stderr)
+        assert out.startswith("invalid:" if mode == "inspect" else "CheckpointError:"), (name, out)
+        assert REFUSAL[name] in out and "MemoryError" not in out, (name, out)  # refused, not exhausted
+        assert rss < RSS_BOUND, (name, rss)
+        assert took < 30, (name, took)  # ... refused from their declarations, without inflating them
+
+
+@pytest.mark.timeout(120)
+def test_inspect_prints_the_cap_it_applied_and_why(tmp_path):
+    st = trained_state(tmp_path)
+    ck.write_checkpoint(str(tmp_path), st.payload(True), config=st.cfg.to_dict(), spaces=SPACES)
+    r, _ = run_bounded("inspect", tmp_path / ck.LATEST)
+    assert r.returncode == 0, r.stdout + r.stderr
+    cap = ck.checkpoint_byte_cap(3, 1, st.cfg.hidden, st.cfg.buffer_size)
+    assert f"byte cap {cap:,d}" in r.stdout and "derived from the manifest's sizes" in r.stdout
+    assert "buffer_size=100000" in r.stdout
+
+
+# --- the byte cap itself ------------------------------------------------------------------
+@pytest.mark.parametrize("obs_dim,act_dim,hidden,quant", [(3, 1, 8, "on"), (3, 1, 32, "off"), (17, 2, 16, "on"),
+                                                          (1, 1, 1, "on")])
+def test_the_derived_cap_holds_a_full_checkpoint_and_is_not_vacuous(obs_dim, act_dim, hidden, quant):
+    # A cap below a real file would set a good bot aside as corrupt: the guard against sac.py
+    # growing a layer the estimate does not know.  A cap far above it would stop no bomb.
+    cfg = Config(hidden=hidden, quant=quant, buffer_size=3000, batch_size=2, seq_len=4, learning_starts=2,
+                 calib_updates=2)
+    st = TrainingState.fresh(cfg, obs_dim, act_dim)
+    rng = np.random.default_rng(0)
+    for i in range(cfg.buffer_size + 7):  # full, wrapped
+        st.replay.add(rng.standard_normal(obs_dim), rng.uniform(-1, 1, act_dim), 1.0,
+                      rng.standard_normal(obs_dim), False, i % 50 == 49)
+    st.pending = 3
+    train_pass(st)  # Adam moments exist
+    _, m = ck.build_zip(st.payload(True), config=cfg.to_dict(), spaces={"obs_dim": obs_dim, "act_dim": act_dim})
+    raw = sum(e["raw_size"] for e in m["entries"].values())
+    cap = ck.checkpoint_byte_cap(obs_dim, act_dim, hidden, cfg.buffer_size)
+    assert ck.byte_cap_for(m).bytes == cap
+    assert raw * 1.5 < cap < raw * ck.CAP_FACTOR * 1.3 + ck.CAP_SLACK
+
+
+def test_a_cap_given_by_the_caller_is_applied_and_clamped_to_the_ceiling(good_dir):
+    latest = str(good_dir / ck.LATEST)
+    with pytest.raises(ck.CheckpointError, match="over the byte cap 1,000 \\(given by the caller"):
+        ck.read_checkpoint(latest, cap=1000)
+    c = ck.read_checkpoint(latest, cap=10**15)
+    assert c["byte_cap"].bytes == ck.MAX_CHECKPOINT_BYTES and "clamped" in c["byte_cap"].why
+    # good_dir's manifests state no buffer_size: the ceiling applies, and says why
+    assert "does not state the sizes" in ck.read_checkpoint(latest)["byte_cap"].why
+
+
+def test_a_version_1_file_over_the_cap_is_refused_before_its_state_is_read(tmp_path):
+    def bigger(m):
+        m["size"] = 5 << 30
+    rebuild(FIXTURE_V1, tmp_path / "v1.zip", manifest_edit=bigger)
+    with pytest.raises(ck.CheckpointError, match="version-1 state declares 5,368,709,120 bytes, over the byte cap"):
+        ck.read_checkpoint(str(tmp_path / "v1.zip"))
+
+
+def test_a_zip_member_size_that_disagrees_with_the_manifest_is_refused(good_dir, tmp_path):
+    def lie(items, m):
+        m["entries"]["model.msgpack.zst"]["size"] += 1
+    rebuild(good_dir / ck.LATEST, tmp_path / "bad.zip", entry_edit=lie)
+    with pytest.raises(ck.CheckpointError, match="in the zip, .* in the manifest"):
+        ck.read_checkpoint(str(tmp_path / "bad.zip"))
+
+
+# --- what a writer refuses ----------------------------------------------------------------
+@pytest.mark.parametrize("where", ["weights", "replay"])
+def test_non_finite_arrays_are_never_written(tmp_path, where):
+    st = trained_state(tmp_path)
+    st.grad_steps = 10
+    ck.write_checkpoint(str(tmp_path), st.payload(True), keep_last=1)
+    before = {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path)}
+    st.grad_steps = 20
+    p = st.payload(True)
+    if where == "weights":
+        p["arrays"]["actor.fc1.weight"][0, :2] = [np.nan, np.inf]
+    else:
+        p["replay_chunks"][0]["arrays"]["replay.rew"][3] = np.inf  # the 1e300 reward of issue 14
+    named = "actor.fc1.weight \\(2 of" if where == "weights" else "replay.rew \\(replay chunk 0\\) \\(1 of"
+    with pytest.raises(ck.NonFiniteState, match="refusing to save step 20: 1 array.* hold NaN or inf: " + named):
+        ck.write_checkpoint(str(tmp_path), p, keep_last=1)
+    assert {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path)} == before  # nothing touched
+
+
+def test_a_file_over_the_cap_its_readers_apply_is_not_written(tmp_path):
+    st = big_replay_state(40_000)  # ~1.7 MB of replay rows
+    with pytest.raises(ck.CheckpointError, match="refusing to save step 0: it would hold .* over the cap"):
+        ck.write_checkpoint(str(tmp_path), st.payload(True), config={"hidden": 8, "buffer_size": 10}, spaces=SPACES)
+    assert os.listdir(tmp_path) == []
+
+
+def test_rotation_keeps_the_newest_step_file_that_verifies_even_behind_bad_newer_ones(tmp_path):
+    st = trained_state(tmp_path)
+    for step in (100, 200):
+        st.grad_steps = step
+        ck.write_checkpoint(str(tmp_path), st.payload(False), keep_last=2)
+    good = (tmp_path / "sac_step_200.zip").read_bytes()
+    # Newer step files that do not verify: a NaN save from before the writer refused them, a torn file.
+    rebuild(tmp_path / "sac_step_200.zip", tmp_path / "sac_step_300.zip",
+            **CORRUPTIONS["non-finite weights"])
+    (tmp_path / "sac_step_400.zip").write_bytes(good[: len(good) // 2])
+    ck.rotate(str(tmp_path), keep_last=2)
+    assert [s for s, _ in ck.step_files(str(tmp_path))] == [200, 300, 400]  # 100 goes, 200 stays
+    assert (tmp_path / "sac_step_200.zip").read_bytes() == good
+    ck.rotate(str(tmp_path), keep_last=0)
+    assert [s for s, _ in ck.step_files(str(tmp_path))] == [200]
+    # A resumed run writes an older step than the bad files: it is kept, as the newest good one.
+    st.grad_steps = 250
+    (tmp_path / "sac_step_300.zip").write_bytes(good[:100])
+    (tmp_path / "sac_step_400.zip").write_bytes(good[:100])
+    ck.write_checkpoint(str(tmp_path), st.payload(False), keep_last=2)
+    assert [s for s, _ in ck.step_files(str(tmp_path))] == [250, 300, 400]
+
+
+# --- temps and the one atomic write ---------------------------------------------------------
+def test_stale_temps_of_dead_writers_go_and_live_writers_temps_stay(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(timeout=30)
+    live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        names = {"dead": f".sacbot-tmp-{dead.pid}-7-sac_latest.zip", "live": f".sacbot-tmp-{live.pid}-7-sac_latest.zip",
+                 "own": f".sacbot-tmp-{os.getpid()}-7-sac_step_5.zip", "old style": f".sacbot-tmp-{dead.pid}-x.zip"}
+        for n in names.values():
+            (tmp_path / n).write_bytes(b"partial")
+        (tmp_path / "notes.txt").write_text("keep me")
+        removed = ck.remove_stale_temps(str(tmp_path))
+        assert sorted(os.path.basename(p) for p in removed) == sorted([names["dead"], names["old style"]])
+        assert sorted(os.listdir(tmp_path)) == sorted([names["live"], names["own"], "notes.txt"])
+    finally:
+        live.communicate(b"", timeout=30)
+
+
+@pytest.mark.timeout(60)
+def test_two_threads_writing_one_target_never_share_a_temp(tmp_path):
+    import threading
+    target = str(tmp_path / "status.json")
+    blobs = [bytes([65 + i]) * (256 << 10) for i in range(2)]  # big enough for writes to overlap
+    errors, start = [], threading.Barrier(2, timeout=30)
+
+    def writer(i):
+        try:
+            start.wait()
+            for _ in range(60):
+                ck.atomic_write_bytes(target, blobs[i])
+        except Exception as e:  # noqa: BLE001 - collected and asserted below
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(i,), name=f"test-writer-{i}") for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=50)
+    assert not any(t.is_alive() for t in threads) and errors == []
+    assert open(target, "rb").read() in blobs  # whole, from one writer
+    assert os.listdir(tmp_path) == ["status.json"]  # no temp left behind
+
+
+def test_atomic_write_text_replaces_the_file_whole(tmp_path):
+    p = tmp_path / "round_counter.txt"
+    ck.atomic_write_text(str(p), "41\n")
+    ck.atomic_write_text(str(p), "42 ✓\n")
+    assert p.read_text(encoding="utf-8") == "42 ✓\n" and os.listdir(tmp_path) == ["round_counter.txt"]
+    assert os.path.basename(ck.temp_path(str(p))).startswith(f"{ck.TMP_PREFIX}{os.getpid()}-")
+
+
+# --- settings changed on resume ---------------------------------------------------------------
+@pytest.mark.parametrize("field,now", [("hidden", 16), ("quant", "off"), ("quant_bits", 4), ("memoryless", True)])
+def test_each_field_that_changes_the_learner_is_a_mismatch_naming_both_values(good_dir, field, now):
+    saved = Config(hidden=8).to_dict()
+    assert ck.config_differences(saved, {**saved, field: now}) == [(field, saved[field], now)]
+    rebuild(good_dir / ck.LATEST, good_dir / "x.zip", manifest_edit=lambda m: m.update(config=saved))
+    c = ck.read_checkpoint(str(good_dir / "x.zip"))
+    with pytest.raises(ck.CheckpointMismatch, match=f"{field} = {saved[field]!r}, this run asks for {field} = {now!r}"):
+        ck.check_shapes(c, {"obs_dim": 3, "act_dim": 1, **Config(**{"hidden": 8, field: now}).to_dict()}, "x.zip")
+
+
+def test_other_fields_resume_and_several_differences_are_all_named():
+    saved = Config(hidden=8).to_dict()
+    changed = Config(hidden=8, buffer_size=5000, batch_size=64, seq_len=8, lr=1e-3, device="cpu", utd_ratio=4.0,
+                     calib_updates=10, keep_last=1, env_kwargs='{"opponents": ["spinner"]}').to_dict()
+    assert ck.config_differences(saved, changed) == []  # buffer_size included: the newest rows are kept
+    assert ck.config_differences({"hidden": 8}, changed) == []  # an older file's missing fields: not compared
+    fp32 = {**saved, "quant": "off"}
+    assert ck.config_differences(fp32, {**fp32, "quant_bits": 4}) == []  # an fp32 actor has no grid
+    c = {"manifest": {"config": saved, "spaces": SPACES}}
+    with pytest.raises(ck.CheckpointMismatch) as e:
+        ck.check_shapes(c, {**Config(hidden=32, quant="off").to_dict(), **SPACES}, "f.zip")
+    assert "hidden = 8, this run asks for hidden = 32" in str(e.value)
+    assert "quant = 'on', this run asks for quant = 'off'" in str(e.value)
