@@ -27,11 +27,15 @@ def build_wheel(tmp_path) -> str:
     egg-info; returns the wheel's path."""
     src = tmp_path / "src"
     shutil.copytree(ROOT, src, ignore=_NOT_SOURCE)
+    # A setuptools that builds wheels by itself (70.1+) saves fetching one into an isolated
+    # build env; python 3.11's venv ships 65.5, which needs the "wheel" package besides.
     try:
-        import setuptools  # noqa: F401 - present: build with it, no registry round trip
-        isolation = ["--no-build-isolation"]
-    except ImportError:
-        isolation = []
+        import setuptools
+
+        own = int(setuptools.__version__.split(".")[0]) >= 71
+    except (ImportError, ValueError):
+        own = False
+    isolation = ["--no-build-isolation"] if own else []
     out = tmp_path / "dist"
     p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", str(out),
                         str(src)], capture_output=True, text=True, timeout=300)
