@@ -99,7 +99,7 @@ def _clean_env() -> dict:
 @pytest.mark.timeout(600)
 def test_a_wheel_in_a_fresh_venv_evaluates_the_pretrained_bot_from_an_empty_directory(tmp_path):
     """The acceptance test of issue 16: wheel, fresh venv (no system site-packages, so a missing
-    dependency fails), `sacbot eval --episodes 2` from an empty directory.  About 30 s on the
+    dependency fails), `sacbot eval --episodes 2` from an empty directory.  25-56 s measured on the
     2-core machine (torch==2.13.0 comes from the local CPU wheel, pinned by the wheel itself)."""
     wheel = build_wheel(tmp_path)
     venv = tmp_path / "venv"
