@@ -273,3 +273,79 @@ def test_gif_tool_plays_the_shipped_bot_in_the_duel_it_trained_in(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "won against sitting_duck" in r.stdout  # aim mode from its manifest: it wins this seed
     assert Image.open(out).n_frames > 10
+
+
+# --- the radar-only duel (issue 15) ---------------------------------------------------------
+RADAR = "sacbot/TankDuelRadar-v0"
+
+
+def test_the_radar_duel_passes_the_checker_with_its_own_space():
+    env = gym.make(RADAR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_env(env, skip_render_check=True)
+    assert env.observation_space.shape == (32,) and env.observation_space.dtype == np.float32
+    assert env.action_space.shape == (4,)
+    assert env.unwrapped.gun_control == "turn" and env.unwrapped.opponents == ("sitting_duck",)
+
+
+def test_the_radar_duel_refuses_the_aim_mode_that_remembers_for_it():
+    with pytest.raises(ValueError, match="gun_control='turn'"):
+        TankDuel(observation="radar", gun_control="aim")
+    with pytest.raises(ValueError, match="observation"):
+        TankDuel(observation="lidar")
+
+
+def _radar_pair(observation):
+    """Two duels from one seed whose sitting ducks stand in different places, so that the
+    radar sees them on different ticks."""
+    envs_ = [TankDuel(opponents="sitting_duck", observation=observation) for _ in range(2)]
+    for env in envs_:
+        env.reset(seed=5)
+        place(env, dict(x=400.0, y=300.0, heading=0.0, gun=0.0, radar=0.0, v=0.0))
+    place(envs_[0], enemy=dict(x=400.0, y=550.0))  # north
+    place(envs_[1], enemy=dict(x=150.0, y=300.0))  # west
+    return envs_
+
+
+def _unseen_ticks_after_a_sighting(observation):
+    """Play the same actions in both duels (standing still, turning body and gun, holding fire);
+    return both observations at every tick where neither radar sees its enemy, after at least one
+    of them has seen it."""
+    a, b = _radar_pair(observation)
+    acts = np.random.default_rng(0).uniform(-1, 1, (60, 4))
+    acts[:, 0], acts[:, 3] = 0.0, -1.0
+    seen_once, pairs = False, []
+    for act in acts:
+        oa, *_ = a.step(act)
+        ob, *_ = b.step(act)
+        ina, inb = a.in_radar_arc(), b.in_radar_arc()
+        seen_once |= ina or inb
+        if seen_once and not (ina or inb):
+            pairs.append((oa, ob))
+    return pairs
+
+
+def test_the_radar_observation_carries_nothing_from_earlier_ticks():
+    pairs = _unseen_ticks_after_a_sighting("radar")
+    assert len(pairs) >= 30
+    for oa, ob in pairs:
+        assert np.array_equal(oa, ob)
+    # The check bites: the full observation remembers where each duck was seen.
+    full = _unseen_ticks_after_a_sighting("full")
+    assert len(full) >= 30 and all(not np.array_equal(oa, ob) for oa, ob in full)
+
+
+def test_the_radar_observation_shows_the_enemy_while_it_is_in_the_arc():
+    env = TankDuel(opponents="sitting_duck", observation="radar")
+    env.reset(seed=0)
+    place(env, dict(x=200.0, y=300.0, heading=0.0, gun=math.pi / 2, radar=math.pi / 2),
+          dict(x=500.0, y=300.0, heading=1.0, v=0.0, energy=80.0))  # due east, 300 away
+    obs = env._obs()
+    assert env.in_radar_arc() and obs[11] == 1.0
+    assert obs[12:15] == pytest.approx([300 / 800, 0.0, 300 / 500 - 1], abs=1e-6)
+    assert obs[15:19] == pytest.approx([0.0, 1.0, 1.0, 0.0], abs=1e-6)  # on the gun; 90° right of the body
+    assert obs[19:24] == pytest.approx([math.sin(1.0), math.cos(1.0), 0.0, 0.0, 80 / 50 - 1], abs=1e-6)
+    env.me.radar = -math.pi / 2  # radar pointing away: nothing of the enemy is left
+    obs = env._obs()
+    assert obs[11] == 0.0 and not obs[12:24].any()

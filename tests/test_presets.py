@@ -1,0 +1,47 @@
+"""The preset table (issue 15): one entry per env id, each a valid setting of a registered env.
+
+How load_config applies presets (precedence, what overrides them, the log line) is tested in
+tests/test_config.py; here, what the table holds."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import gymnasium as gym
+import pytest
+
+import sacbot.envs  # noqa: F401 - registers the sacbot/* ids
+from sacbot.config import Config, load_config
+from sacbot.presets import PRESETS, preset_for
+
+
+@pytest.mark.parametrize("env_id", sorted(PRESETS))
+def test_every_preset_names_a_registered_env_and_loads(env_id):
+    assert env_id in gym.registry
+    cfg = load_config(None, {}, {"env": env_id})
+    for key, value in PRESETS[env_id].items():
+        assert getattr(cfg, key) == value, key
+    # Nothing else moves: the rest is the defaults.
+    rest = {f.name for f in dataclasses.fields(Config)} - set(PRESETS[env_id]) - {"env"}
+    assert all(getattr(cfg, k) == getattr(Config, k) for k in rest)
+
+
+def test_the_tank_duels_keep_their_low_temperature_and_dense_rewards_get_the_default():
+    # TankDuel's ~1.6 per hit is small next to an entropy bonus at alpha 1 (docs/learner.md).
+    for env_id in ("sacbot/TankDuel-v0", "sacbot/TankDuelRadar-v0"):
+        assert preset_for(env_id)[1]["init_alpha"] == 0.02
+    assert Config.init_alpha == 1.0
+    for env_id in ("Pendulum-v1", "MountainCarContinuous-v0", "sacbot/CueMemory-v0"):
+        assert preset_for(env_id) is None
+        assert load_config(None, {}, {"env": env_id}).init_alpha == 1.0
+
+
+def test_preset_for_hands_out_a_copy():
+    name, values = preset_for("sacbot/TankDuel-v0")
+    values["init_alpha"] = 0.5
+    assert name == "sacbot/TankDuel-v0" and PRESETS[name]["init_alpha"] == 0.02
+
+
+def test_a_flag_overrides_a_preset_value():
+    cfg = load_config(None, {}, {"env": "sacbot/TankDuelRadar-v0", "init_alpha": "0.1"})
+    assert cfg.init_alpha == 0.1
