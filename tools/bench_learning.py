@@ -1,13 +1,28 @@
 #!/usr/bin/env python3
-"""Sample efficiency: eval return against env steps, sacbot (lockstep) beside SB3 SAC.
+"""Sample efficiency where memory matters: eval return against env steps on the POMDP
+Pendulums (issue 15), sacbot beside its memoryless control and SB3 SAC-MLP, in one run.
 
-For each seed, ``sacbot run --pace lockstep`` trains with checkpoints every
-``--eval-every`` gradient steps; afterwards every checkpoint's deployable actor is
-evaluated deterministically in numpy.  SB3 SAC (MlpPolicy, its defaults; from the
-``bench`` extra) is evaluated at the same env-step marks in the same run, when installed.
-Last line is JSON.
+Variants (``--variants``):
 
-    python tools/bench_learning.py --env Pendulum-v1 --steps 15000 --seeds 0 1 2
+- ``sacbot``: ``sacbot run --pace lockstep`` with its defaults (and the env's preset);
+- ``memoryless``: the same with ``--memoryless`` (recurrent state reset every tick);
+- ``sb3``: SB3 SAC, MlpPolicy, its defaults and learning_starts 1000 (the ``bench`` extra).
+
+sacbot's runs save a checkpoint every ``--eval-every`` gradient steps; afterwards each one's
+deployable (int8) actor is evaluated deterministically in numpy on the same episode seeds.  SB3
+is evaluated at the same env-step marks.  ``--int8-vs-fp32`` also evaluates each final
+checkpoint's fp32 actor (the QAT actor's latent float weights, no quantizers) on those seeds.
+
+The anchor is pomdp-baselines (Ni et al. 2022), configs/pomdp/pendulum/v/rnn.yml: separate
+LSTM actor and critic, whole-episode sequences (sampled_seq_len -1: 200 steps), batch 32
+episodes, hidden 128, gamma 0.9, lr 3e-4, tau 0.005, alpha learned from 0.2, UTD 1, 5 random
+episodes before training.  ``--sacbot-args`` passes extra flags to both sacbot variants, e.g.
+``--sacbot-args='--gamma 0.9 --seq-len 64'`` to try those settings.
+
+    python tools/bench_learning.py --steps 25000 --seeds 0 1 2
+    python tools/bench_learning.py --envs Pendulum-v1 --steps 10000 --variants sacbot sb3
+
+Progress goes to stderr; the last line of stdout is one JSON object.
 """
 
 from __future__ import annotations
@@ -15,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -22,11 +38,16 @@ import tempfile
 
 import numpy as np
 
+EVAL_SEED0 = 10_000  # eval episodes: seeds EVAL_SEED0 + 100 * seed + k, apart from training's
 
-def evaluate_actor(arrays, env_id: str, episodes: int, seed: int) -> float:
+
+# --- evaluation of an exported actor --------------------------------------------------------
+def evaluate_actor(arrays, env_id: str, episodes: int, seed: int, memoryless: bool = False) -> float:
+    """Mean return of the deterministic numpy actor; a memoryless actor starts every tick fresh,
+    as it acted in training."""
     import gymnasium as gym
 
-    import sacbot.envs  # noqa: F401
+    import sacbot.envs  # noqa: F401 - registers the sacbot/* ids
     from sacbot import policy
 
     params = policy.build_params(arrays)
@@ -34,9 +55,11 @@ def evaluate_actor(arrays, env_id: str, episodes: int, seed: int) -> float:
     low, high = env.action_space.low, env.action_space.high
     rets = []
     for ep in range(episodes):
-        obs, _ = env.reset(seed=10_000 + seed * 100 + ep)
+        obs, _ = env.reset(seed=EVAL_SEED0 + seed * 100 + ep)
         st, done, ret = policy.initial_state(params), False, 0.0
         while not done:
+            if memoryless:
+                st = policy.initial_state(params)
             a, st = policy.act(params, np.asarray(obs, np.float32).reshape(-1), st)
             obs, r, term, trunc, _ = env.step(low + (a + 1) * (high - low) / 2)
             ret += float(r)
@@ -45,24 +68,62 @@ def evaluate_actor(arrays, env_id: str, episodes: int, seed: int) -> float:
     return float(np.mean(rets))
 
 
-def sacbot_curve(a, seed: int) -> list[tuple[int, float]]:
+def int8_actor(path: str) -> dict[str, np.ndarray]:
+    """The checkpoint's deployable actor, as acting runs it."""
     from sacbot import checkpoint as ck
 
+    return ck.load_actor(path)
+
+
+# The QAT actor's float parameters under the export's names (sacbot/sac.py, _weights/_biases).
+_FP32_NAMES = {"fc1.w": "fc1.weight", "fc1.b": "fc1.bias", "fc2.w": "fc2.weight", "fc2.b": "fc2.bias",
+               "head.w": "head.weight", "head.b": "head.bias", "lstm.w_ih": "lstm.weight_ih",
+               "lstm.w_hh": "lstm.weight_hh", "lstm.b_ih": "lstm.bias_ih", "lstm.b_hh": "lstm.bias_hh"}
+
+
+def fp32_actor(path: str) -> dict[str, np.ndarray]:
+    """The same checkpoint's actor without quantizers: its latent fp32 weights, in the export's
+    layout with no scales, so sacbot.policy runs it as a float network."""
+    from sacbot import checkpoint as ck
+
+    arrays = ck.read_checkpoint(path, entries=("model", "actor"))["arrays"]
+    out = {k: np.asarray(arrays["actor." + v], np.float32) for k, v in _FP32_NAMES.items()}
+    out["meta.sizes"] = arrays["export.meta.sizes"]
+    out["meta.quantized"] = np.array(False)
+    return out
+
+
+# --- training runs --------------------------------------------------------------------------
+def sacbot_run(a, env_id: str, seed: int, memoryless: bool) -> str:
+    """Train one lockstep run; return its weights directory."""
     d = tempfile.mkdtemp(prefix=f"sacbot-learn-{seed}-")
-    cmd = [sys.executable, "-m", "sacbot", "run", "--env", a.env, "--pace", "lockstep", "--steps", str(a.steps),
-           "--seed", str(seed), "--init-alpha", str(a.init_alpha), "--save-interval", str(a.eval_every),
-           "--keep-last", "1000",
-           "--no-save-replay", "--quiet", "--run-dir", os.path.join(d, "run"), "--weights-path", os.path.join(d, "w")]
-    subprocess.run(cmd, check=True, capture_output=True)
+    cmd = [sys.executable, "-m", "sacbot", "run", "--env", env_id, "--pace", "lockstep",
+           "--steps", str(a.steps), "--seed", str(seed), "--save-interval", str(a.eval_every),
+           "--keep-last", "1000", "--no-save-replay", "--quiet",
+           "--run-dir", os.path.join(d, "run"), "--weights-path", os.path.join(d, "w"),
+           *(["--memoryless"] if memoryless else []), *shlex.split(a.sacbot_args)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"sacbot run failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr[-2000:]}")
+    return os.path.join(d, "w")
+
+
+def sacbot_curve(a, env_id: str, seed: int, memoryless: bool) -> dict:
+    from sacbot import checkpoint as ck
+
+    wdir = sacbot_run(a, env_id, seed, memoryless)
     curve = []
-    for _, path in ck.step_files(os.path.join(d, "w")):
-        c = ck.read_checkpoint(path, entries=("actor", "training"))
-        arrays = {k[len("export."):]: v for k, v in c["arrays"].items() if k.startswith("export.")}
-        curve.append((int(c["meta"]["env_steps"]), evaluate_actor(arrays, a.env, a.episodes, seed)))
-    return curve
+    steps = ck.step_files(wdir)
+    for _, path in steps:
+        env_steps = int(ck.read_checkpoint(path, entries=("training",))["meta"]["env_steps"])
+        curve.append((env_steps, evaluate_actor(int8_actor(path), env_id, a.episodes, seed, memoryless)))
+    out = {"curve": curve, "weights": wdir}
+    if a.int8_vs_fp32 and steps:
+        out["fp32_final"] = evaluate_actor(fp32_actor(steps[-1][1]), env_id, a.episodes, seed, memoryless)
+    return out
 
 
-def sb3_curve(a, seed: int, marks: list[int]) -> list[tuple[int, float]] | None:
+def sb3_curve(a, env_id: str, seed: int, marks: list[int]) -> dict | None:
     try:
         import gymnasium as gym
         from stable_baselines3 import SAC
@@ -71,60 +132,99 @@ def sb3_curve(a, seed: int, marks: list[int]) -> list[tuple[int, float]] | None:
         return None
     import torch
 
+    import sacbot.envs  # noqa: F401
+
     torch.set_num_threads(1)
-    env = gym.make(a.env)
-    model = SAC("MlpPolicy", env, seed=seed, verbose=0, learning_starts=1000, device="cpu")
+    model = SAC("MlpPolicy", gym.make(env_id), seed=seed, verbose=0, learning_starts=1000, device="cpu")
     curve: list[tuple[int, float]] = []
 
     class Marks(BaseCallback):
         def _on_step(self) -> bool:
             if self.num_timesteps in marks:
-                eenv = gym.make(a.env)
-                rets = []
-                for ep in range(a.episodes):
-                    obs, _ = eenv.reset(seed=10_000 + seed * 100 + ep)
-                    done, ret = False, 0.0
-                    while not done:
-                        act, _ = model.predict(obs, deterministic=True)
-                        obs, r, term, trunc, _ = eenv.step(act)
-                        ret += float(r)
-                        done = term or trunc
-                    rets.append(ret)
-                curve.append((self.num_timesteps, float(np.mean(rets))))
+                curve.append((self.num_timesteps, sb3_eval(model, env_id, a.episodes, seed)))
             return True
 
     model.learn(total_timesteps=a.steps, callback=Marks())
-    return curve
+    return {"curve": curve}
+
+
+def sb3_eval(model, env_id: str, episodes: int, seed: int) -> float:
+    import gymnasium as gym
+
+    env, rets = gym.make(env_id), []
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=EVAL_SEED0 + seed * 100 + ep)
+        done, ret = False, 0.0
+        while not done:
+            act, _ = model.predict(obs, deterministic=True)
+            obs, r, term, trunc, _ = env.step(act)
+            ret += float(r)
+            done = term or trunc
+        rets.append(ret)
+    return float(np.mean(rets))
+
+
+# --- the comparison ---------------------------------------------------------------------------
+def marks_for(a) -> list[int]:
+    """SB3's eval marks when no sacbot curve sets them: every eval_every steps after learning
+    starts, and the last step."""
+    return sorted({*range(1000 + a.eval_every, a.steps, a.eval_every), a.steps})
+
+
+def run_env(a, env_id: str) -> dict:
+    res: dict = {v: {} for v in a.variants}
+    for seed in a.seeds:
+        marks = None
+        for v in a.variants:
+            if v == "sb3":
+                r = sb3_curve(a, env_id, seed, marks or marks_for(a))
+                if r is None:
+                    print("stable-baselines3 not installed (pip install -e '.[bench]'): SB3 skipped",
+                          file=sys.stderr)
+                    continue
+            else:
+                r = sacbot_curve(a, env_id, seed, memoryless=v == "memoryless")
+                marks = marks or [s for s, _ in r["curve"]]
+            res[v][seed] = r
+            line = ", ".join(f"{s}:{x:.0f}" for s, x in r["curve"])
+            fp = f"  fp32 final {r['fp32_final']:.0f}" if "fp32_final" in r else ""
+            print(f"{env_id} {v:10s} seed {seed}: {line}{fp}", file=sys.stderr, flush=True)
+    return res
+
+
+def summary(res: dict) -> dict:
+    """Per variant: each seed's final eval return, their mean and median; int8 against fp32."""
+    out = {}
+    for v, seeds in res.items():
+        finals = [r["curve"][-1][1] for r in seeds.values() if r["curve"]]
+        if not finals:
+            continue
+        out[v] = {"final": finals, "mean": statistics.fmean(finals), "median": statistics.median(finals)}
+        fp = [r["fp32_final"] for r in seeds.values() if "fp32_final" in r]
+        if fp:
+            out[v]["fp32_final"] = fp
+    return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--env", default="Pendulum-v1")
-    p.add_argument("--init-alpha", type=float, default=1.0,
-                   help="sacbot's initial temperature; 1.0 as SB3's default (sacbot's own default, 0.02, "
-                        "is tuned for TankDuel)")
-    p.add_argument("--steps", type=int, default=15000)
+    p.add_argument("--envs", nargs="+", default=["sacbot/Pendulum-P-v0", "sacbot/Pendulum-V-v0"])
+    p.add_argument("--variants", nargs="+", default=["sacbot", "memoryless", "sb3"],
+                   choices=["sacbot", "memoryless", "sb3"])
+    p.add_argument("--steps", type=int, default=25000)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--eval-every", type=int, default=2000, help="gradient steps between evaluated checkpoints")
-    p.add_argument("--episodes", type=int, default=5)
-    p.add_argument("--no-sb3", action="store_true")
+    p.add_argument("--eval-every", type=int, default=4000, help="gradient steps between evaluated checkpoints")
+    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("--int8-vs-fp32", action="store_true",
+                   help="also evaluate each sacbot run's final checkpoint with its fp32 actor")
+    p.add_argument("--sacbot-args", default="", help="extra flags for both sacbot variants, one string")
     a = p.parse_args()
-    out: dict = {"bench": "learning", "env": a.env, "steps": a.steps, "seeds": a.seeds, "sacbot": {}, "sb3": {}}
-    for seed in a.seeds:
-        curve = sacbot_curve(a, seed)
-        out["sacbot"][seed] = curve
-        print(f"sacbot seed {seed}: " + ", ".join(f"{s}:{r:.0f}" for s, r in curve), file=sys.stderr, flush=True)
-        if not a.no_sb3:
-            sb = sb3_curve(a, seed, [s for s, _ in curve])
-            if sb is None:
-                print("stable-baselines3 not installed (pip install -e '.[bench]'): SB3 skipped", file=sys.stderr)
-                a.no_sb3 = True
-            else:
-                out["sb3"][seed] = sb
-                print(f"sb3    seed {seed}: " + ", ".join(f"{s}:{r:.0f}" for s, r in sb), file=sys.stderr,
-                      flush=True)
-    finals = {k: [c[-1][1] for c in v.values() if c] for k, v in (("sacbot", out["sacbot"]), ("sb3", out["sb3"]))}
-    out["median_final_eval_return"] = {k: statistics.median(v) for k, v in finals.items() if v}
+    out: dict = {"bench": "learning", "steps": a.steps, "seeds": a.seeds, "episodes": a.episodes,
+                 "sacbot_args": a.sacbot_args, "envs": {}}
+    for env_id in a.envs:
+        res = run_env(a, env_id)
+        out["envs"][env_id] = {"runs": res, "summary": summary(res)}
+        print(f"{env_id}: {json.dumps(out['envs'][env_id]['summary'])}", file=sys.stderr, flush=True)
     print(json.dumps(out))
 
 

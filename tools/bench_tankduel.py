@@ -13,6 +13,15 @@ tanh of the mean, in numpy), on the same episode seeds, with a uniform-random po
 
 The env, its kwargs and ``memoryless`` come from each checkpoint's manifest, so a run is
 evaluated in the duel it trained on.  One JSON line per point; the last line is the summary.
+
+``--train`` runs the training first, one lockstep run at a time, for sacbot and its memoryless
+control against each opponent (issue 15: the radar duel, where memory is needed)::
+
+    python tools/bench_tankduel.py --train --env sacbot/TankDuelRadar-v0 --opponents sitting_duck tracker \
+        --steps 40000 --save-every 2500 --episodes 20 --random sitting_duck tracker
+
+``--fp32`` also evaluates each run's last checkpoint with its fp32 actor (the QAT actor's float
+weights, no quantizers) beside the int8 actor acting runs.
 """
 
 from __future__ import annotations
@@ -20,7 +29,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
+import tempfile
 
 import gymnasium as gym
 import numpy as np
@@ -35,9 +46,11 @@ SEED0 = 10_000  # eval episodes use seeds SEED0 + k, apart from training's 0, 1,
 
 
 def play(env: gym.Env, act, episodes: int) -> dict:
-    wins, rets = [], []
+    wins, rets, opps = [], [], []
     for k in range(episodes):
-        obs, _ = env.reset(seed=SEED0 + k)
+        # episode_index: a scheduled duel (cycle) meets each opponent in turn, not the first alone
+        obs, info = env.reset(seed=SEED0 + k, options={"episode_index": k})
+        opps.append(info["opponent"])
         state, done, ret = None, False, 0.0
         while not done:
             a, state = act(obs, state)
@@ -46,11 +59,15 @@ def play(env: gym.Env, act, episodes: int) -> dict:
             done = term or trunc
         wins.append(bool(info["won"]))
         rets.append(ret)
-    return {"win_rate": float(np.mean(wins)), "mean_return": round(float(np.mean(rets)), 3), "episodes": episodes}
+    by_opp = {o: float(np.mean([w for w, p in zip(wins, opps) if p == o])) for o in dict.fromkeys(opps)}
+    return {"win_rate": float(np.mean(wins)), "mean_return": round(float(np.mean(rets)), 3), "episodes": episodes,
+            "win_rate_by_opponent": by_opp}
 
 
-def actor_fn(path: str):
-    params = policy.build_params(ck.load_actor(path))
+def actor_fn(path: str, fp32: bool = False):
+    from tools.bench_learning import fp32_actor
+
+    params = policy.build_params(fp32_actor(path) if fp32 else ck.load_actor(path))
     cfg = ck.read_checkpoint(path, entries=("actor",))["manifest"]["config"]
 
     def act(obs, state):
@@ -66,6 +83,40 @@ def random_fn(seed: int):
     return lambda obs, state: (rng.uniform(-1, 1, 4).astype(np.float32), None)
 
 
+def train(a) -> list[str]:
+    """One lockstep run per (variant, opponent), one at a time; returns NAME=WEIGHTS_DIR specs."""
+    specs = []
+    for opp in a.opponents:
+        for variant in ("sacbot", "memoryless"):
+            d = tempfile.mkdtemp(prefix=f"tankduel-{variant}-{opp}-")
+            cmd = [sys.executable, "-m", "sacbot", "run", "--env", a.env, "--env-kwargs",
+                   json.dumps({"opponents": [opp]}), "--pace", "lockstep", "--steps", str(a.steps),
+                   "--seed", str(a.seed), "--save-interval", str(a.save_every), "--keep-last", "1000",
+                   "--no-save-replay", "--quiet", "--run-dir", os.path.join(d, "run"),
+                   "--weights-path", os.path.join(d, "w"), *(["--memoryless"] if variant == "memoryless" else [])]
+            print("training: " + " ".join(cmd), file=sys.stderr, flush=True)
+            subprocess.run(cmd, check=True, capture_output=True)
+            specs.append(f"{variant}-{opp}={os.path.join(d, 'w')}")
+    return specs
+
+
+def evaluate_run(name: str, wdir: str, a) -> list[dict]:
+    curve = []
+    steps = ck.step_files(wdir)
+    for k, (_, path) in enumerate(steps):
+        for fp32 in (False, True) if a.fp32 and k == len(steps) - 1 else (False,):
+            act, cfg = actor_fn(path, fp32)
+            env = gym.make(cfg["env"], **json.loads(cfg.get("env_kwargs") or "{}"))
+            r = play(env, act, a.episodes)
+            man = ck.read_checkpoint(path, entries=("actor",))["manifest"]
+            r.update(run=name, env_steps=int(man["env_steps"]), grad_steps=int(man["step"]),
+                     env_kwargs=cfg.get("env_kwargs"), memoryless=bool(cfg.get("memoryless")),
+                     actor="fp32" if fp32 else "int8")
+            print(json.dumps(r), flush=True)
+            curve.append(r)
+    return curve
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", nargs="*", default=[], metavar="NAME=WEIGHTS_DIR",
@@ -73,28 +124,28 @@ def main() -> int:
     p.add_argument("--random", nargs="*", default=[], metavar="OPPONENT",
                    help="also evaluate a uniform-random policy against these opponents")
     p.add_argument("--episodes", type=int, default=20)
+    p.add_argument("--fp32", action="store_true", help="also evaluate each run's last checkpoint's fp32 actor")
+    p.add_argument("--train", action="store_true", help="train sacbot and the memoryless control first")
+    p.add_argument("--env", default=None, help="the duel --train trains in (default sacbot/TankDuelRadar-v0) "
+                   "and --random plays (default sacbot/TankDuel-v0)")
+    p.add_argument("--opponents", nargs="+", default=["sitting_duck", "tracker"], help="with --train")
+    p.add_argument("--steps", type=int, default=40000, help="with --train: env steps per run")
+    p.add_argument("--save-every", type=int, default=2500, help="with --train: gradient steps between points")
+    p.add_argument("--seed", type=int, default=0, help="with --train")
     a = p.parse_args()
     out: dict = {"bench": "tankduel", "episodes": a.episodes, "curves": {}, "random": {}}
-    for spec in a.runs:
+    random_env = a.env or "sacbot/TankDuel-v0"
+    a.env = a.env or "sacbot/TankDuelRadar-v0"
+    runs = list(a.runs) + (train(a) if a.train else [])
+    for spec in runs:
         name, sep, wdir = spec.partition("=")
         if not sep or not os.path.isdir(wdir):
             p.error(f"--runs wants NAME=WEIGHTS_DIR with an existing directory, got {spec!r}")
-        steps = ck.step_files(wdir)
-        if not steps:
+        if not ck.step_files(wdir):
             p.error(f"{wdir}: no sac_step_<N>.zip files (train with --keep-last large enough)")
-        curve = []
-        for _, path in steps:
-            act, cfg = actor_fn(path)
-            env = gym.make(cfg["env"], **json.loads(cfg.get("env_kwargs") or "{}"))
-            r = play(env, act, a.episodes)
-            man = ck.read_checkpoint(path, entries=("actor",))["manifest"]
-            r.update(run=name, env_steps=int(man["env_steps"]), grad_steps=int(man["step"]),
-                     env_kwargs=cfg.get("env_kwargs"), memoryless=bool(cfg.get("memoryless")))
-            print(json.dumps(r), flush=True)
-            curve.append(r)
-        out["curves"][name] = curve
+        out["curves"][name] = evaluate_run(name, wdir, a)
     for opp in a.random:
-        env = gym.make("sacbot/TankDuel-v0", opponents=[opp])
+        env = gym.make(random_env, opponents=[opp])
         r = play(env, random_fn(0), a.episodes)
         r.update(run="random", opponent=opp)
         print(json.dumps(r), flush=True)
