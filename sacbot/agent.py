@@ -30,27 +30,16 @@ from collections import defaultdict, deque
 import gymnasium as gym
 import numpy as np
 
-from . import checkpoint as ck
 from . import policy
-from .channels import Channel, SaveSlot
-from .config import Config, ConfigError
+from .assemble import AssembleError, assemble, make_dir
+from .config import Config
+from .files import append_jsonl
 from .liveness import Heartbeat, RoundCounter
-from .lock import LockHeld, WriterLock
 from .messages import MessageError, NewEpisode, Transition, check_flag, check_reward, check_vector
-from .snapshot import SnapshotReader, WeightSnapshot
-from .training import IOThread, TrainingState, TrainingThread, append_jsonl, check_finite, handle_message
 
 
-class AgentError(RuntimeError):
+class AgentError(AssembleError):
     """The agent cannot start or was used wrongly; the message says what to do."""
-
-
-def _make_dir(path: str, flag: str) -> None:
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as e:  # a file in the way, no permission, a read-only disk
-        why = "a file is in the way" if os.path.isfile(path) else e.strerror
-        raise AgentError(f"{flag} {path!r} cannot be used as a directory: {why}") from None
 
 
 def space_dims(obs_space: gym.Space, action_space: gym.Space) -> tuple[int, int]:
@@ -94,118 +83,33 @@ class Agent:
         self.recent: deque[tuple[float, bool | None]] = deque(maxlen=20)  # (return, won) of the last 20
         self.loaded_from: str | None = None
         self.final_save: dict | None = None  # set by close(): {"ok": bool, "path" or "error"}
-        _make_dir(cfg.run_dir, "--run-dir")
+        self.learner = None
+        try:
+            make_dir(cfg.run_dir, "--run-dir")
+        except AssembleError as e:
+            raise AgentError(str(e)) from None
         self.heartbeat = Heartbeat(os.path.join(cfg.run_dir, "status.json"))
         self.episodes_path = os.path.join(cfg.run_dir, "episodes.jsonl")
-        self.trainer: TrainingThread | None = None
-        self.writer_lock: WriterLock | None = None
-        self.io: IOThread | None = None
         if self.eval_mode:
-            self.log("sacbot: EVAL MODE: deterministic actions; nothing is sent to a learner "
-                     "or saved")
-            self._start_eval()
-        else:
-            self._start_training()
-        self.pstate = policy.initial_state(self.params)
-
-    # --- start -----------------------------------------------------------------------
-    def _expect(self, training: bool = True) -> dict:
-        """What a checkpoint must match.  Eval plays the exported actor, which carries its own
-        sizes, so only the env's spaces must fit; training resumes the whole learner."""
-        spaces = {"obs_dim": self.obs_dim, "act_dim": self.act_dim}
-        return {**self.cfg.to_dict(), **spaces} if training else spaces
-
-    def _load_latest(self, **kw):
-        try:
-            return ck.load_latest(self.cfg.weights_path, self._expect(not self.eval_mode), log=self.log, **kw)
-        except ck.CheckpointMismatch as e:
-            raise ConfigError(f"{e}. To go on with that bot, run with its settings (`sacbot inspect` "
-                              f"shows them); for a new bot, pass another --weights-path. Nothing in "
-                              f"{self.cfg.weights_path!r} was changed.") from None
-
-    def _pretrained(self):
-        """No checkpoint of your own: eval then plays a pretrained bot for this env (one in
-        <weights>/pretrained/, else the one shipped in the package), saying so."""
-        from . import pretrained  # here, not at the top: only eval of a fresh weights path needs it
-
-        found = pretrained.find(self.cfg.env, self._expect(training=False), self.log, self.cfg.weights_path)
-        if found:
-            self.log(f"sacbot: no checkpoint of your own in {self.cfg.weights_path!r}; evaluating the "
-                     f"pretrained bot {found[1]} (provenance in {pretrained.provenance(found[1])})")
-        return found
-
-    def _start_eval(self) -> None:
-        # Actor-only load: eval reads the deployable actor export and the manifest, nothing else.
-        found = self._load_latest(entries=("actor",), set_aside_bad=False)
-        if found is None and self.cfg.weights_path == Config.weights_path:
-            found = self._pretrained()
-        if found is None:
-            raise AgentError(f"no valid checkpoint in {self.cfg.weights_path!r} to evaluate; "
-                             "train first with `sacbot run` or pass --weights-path")
-        ckpt, self.loaded_from = found
-        arrays = {k[len("export."):]: v for k, v in ckpt["arrays"].items() if k.startswith("export.")}
-        self.params = policy.build_params(arrays)
-        self.policy_version = int(ckpt["manifest"].get("step", 0))
-        self.rounds = None
-        self.learning_starts_left = 0
-        self.episode_base = 0
-
-    def _start_training(self) -> None:
-        cfg = self.cfg
-        _make_dir(cfg.weights_path, "--weights-path")
-        try:  # one writer per weights directory, held until close() (or the OS frees it on exit)
-            self.writer_lock = WriterLock(cfg.weights_path).acquire()
-        except LockHeld as e:
-            raise AgentError(str(e)) from None
-        for p in ck.remove_stale_temps(cfg.weights_path):
-            self.log(f"sacbot: removed stale temp file {p}")
-        had_files = bool(ck.candidates(cfg.weights_path))
-        # Built before any file is read: a setting the learner refuses (a device without a GPU)
-        # must stop the start while every checkpoint is still where it was.
-        state, acting_rng = TrainingState.fresh(cfg, self.obs_dim, self.act_dim), None
-        found = self._load_latest()  # sets aside only files that fail verification
-        if found is not None:
-            ckpt, path = found
-            try:
-                state.load_payload(ckpt["arrays"], ckpt["meta"])
-            except (KeyError, ValueError, TypeError, RuntimeError) as e:
-                # The file verified (digests, shapes in the manifest): it is sound, and this
-                # run's settings cannot take it.  A config error, never "corrupt".
-                raise ConfigError(f"{path} is a sound checkpoint that this run's settings cannot resume "
-                                  f"({type(e).__name__}: {e}). Run with the settings it was saved with "
-                                  f"(`sacbot inspect {path}` shows them), or pass another --weights-path "
-                                  f"for a new bot. Nothing in {cfg.weights_path!r} was changed.") from None
-            acting_rng = ckpt["meta"].get("acting_rng")
-            self.loaded_from = path
-        elif had_files:
-            if cfg.no_fresh_start:
-                raise AgentError(f"no checkpoint in {cfg.weights_path!r} loads, and "
-                                 "--no-fresh-start refuses to start fresh (bad files are kept "
-                                 "aside as *.corrupt-*)")
-            self.log("sacbot: WARNING: no valid checkpoint could be loaded; STARTING FRESH. "
-                     "The unusable files are kept aside as *.corrupt-*.")
-        self.state = state
-        self.learning_starts_left = max(0, cfg.learning_starts - state.env_steps)
-        self.episode_base = state.episodes
-        if acting_rng:  # the final save holds the acting noise state: a resume continues it
-            self.rng.bit_generator.state = json.loads(acting_rng)
-        self.channel = Channel(cfg.queue_size)
-        self.save_slot = SaveSlot()
-        self.snapshot = WeightSnapshot()
-        self.snapshot.publish(state.learner.export_actor())
-        self.reader = SnapshotReader(self.snapshot)
-        self.reader.pull()
-        self.params = policy.build_params(self.reader.arrays)
-        self.policy_version = self.reader.version
-        self.rounds = RoundCounter(os.path.join(cfg.weights_path, "round_counter.txt"))
+            self.log("sacbot: EVAL MODE: deterministic actions; nothing is sent to a learner or saved")
         spaces = {"obs_dim": self.obs_dim, "act_dim": self.act_dim, "obs_shape": list(self.obs_shape),
                   "action_low": self._low.tolist(), "action_high": (self._low + 2 * self._half).tolist()}
-        self.io = IOThread(self.save_slot, cfg.weights_path, cfg.keep_last, cfg.to_dict(), spaces)
-        self.trainer = TrainingThread(state, self.channel, self.save_slot, self.snapshot,
-                                      os.path.join(cfg.run_dir, "training_metrics.jsonl"),
-                                      with_replay=cfg.save_replay)
-        self.io.start()
-        self.trainer.start()
+        try:
+            start = assemble(cfg, self.obs_dim, self.act_dim, spaces, self.log)
+        except AssembleError as e:
+            raise AgentError(str(e)) from None
+        # All the Agent keeps of the learning side: the boundary handle and what it last pulled.
+        self.learner = start.learner
+        self._release = start.release
+        self.loaded_from = start.loaded_from
+        self.params = policy.build_params(start.arrays)
+        self.policy_version = start.policy_version
+        self.learning_starts_left = 0 if self.eval_mode else max(0, cfg.learning_starts - start.env_steps)
+        self.episode_base = start.episodes
+        if start.acting_rng:  # the final save holds the acting noise state: a resume continues it
+            self.rng.bit_generator.state = json.loads(start.acting_rng)
+        self.rounds = None if self.eval_mode else RoundCounter(cfg.round_counter_path)
+        self.pstate = policy.initial_state(self.params)
 
     @property
     def episode_index(self) -> int:
@@ -223,9 +127,11 @@ class Agent:
 
     def _act(self, obs, t0: int) -> np.ndarray:
         x = self._check_obs(obs, "obs")
-        if self.trainer is not None and self.reader.pull():
-            self.params = policy.build_params(self.reader.arrays)
-            self.policy_version = self.reader.version
+        if self.learner is not None:
+            got = self.learner.pull(self.policy_version)  # an int compare unless there is news
+            if got is not None:
+                self.policy_version, arrays = got
+                self.params = policy.build_params(arrays)
         if self.cfg.memoryless:  # the control experiment: nothing carried from the last tick
             self.pstate = policy.initial_state(self.params)
         a, self.pstate = policy.act(self.params, x, self.pstate, None if self.eval_mode else self.rng)
@@ -260,13 +166,13 @@ class Agent:
         self._last_obs = None
         self._ep_return += tr.reward
         self._ep_len += 1
-        if self.trainer is not None and not self._closed:
+        if self.learner is not None and not self._closed:
             if self.learning_starts_left > 0:
                 self.learning_starts_left -= 1
-            if self.channel.send(tr):
+            if self.learner.send([tr]):
                 self.sent += 1
                 if self.cfg.pace == "lockstep":
-                    self.trainer.wait_processed(self.sent, timeout=600.0)
+                    self.learner.wait_processed(self.sent, timeout=600.0)
         if tr.terminated or tr.truncated:
             won = info.get("won") if info else None
             self._end_episode(bool(won) if isinstance(won, bool | np.bool_) else None)
@@ -286,8 +192,8 @@ class Agent:
         self._last_obs = None
         self._ep_return, self._ep_len = 0.0, 0
         self._latency.reset()
-        if self.trainer is not None and not self._closed:
-            self.channel.send(NewEpisode(self.opponent))
+        if self.learner is not None and not self._closed:
+            self.learner.send([NewEpisode(self.opponent)])
 
     def _end_episode(self, won: bool | None) -> None:
         self.episodes += 1
@@ -342,72 +248,40 @@ class Agent:
     # --- status and shutdown --------------------------------------------------------
     @property
     def learner_error(self) -> str | None:
-        return self.trainer.error if self.trainer is not None else None
+        if self.learner is None:
+            return None
+        return self.learner.status().get("learner_error")
 
     def status(self) -> dict:
+        """The heartbeat: the Agent's own counters and the status the learner last pushed (a plain
+        dict; nothing here reads a live learner object, so this costs the acting thread a copy)."""
         st = {"pid": os.getpid(), "time": time.time(), "started": self.started,
               "mode": "eval" if self.eval_mode else "train", "ticks": self.ticks,
               "episodes": self.episodes, "policy_version": self.policy_version,
               "round_counter": self.rounds.value if self.rounds else None,
-              "loaded_from": self.loaded_from}
+              "loaded_from": self.loaded_from, "learner": self.cfg.learner if self.learner else None}
+        if self.learner is not None:
+            ls = dict(self.learner.status())
+            ls.pop("processed", None)
+            ls.pop("policy_version_published", None)
+            drops = {**self.learner.drops(), "save": ls.pop("save_drops", 0)}
+            st.update(ls, drops=drops)
         if self.final_save is not None:
             st["final_save"] = self.final_save
-        if self.trainer is not None:
-            s, io = self.trainer.state, self.io
-            assert io is not None
-            st.update(learner_steps=s.grad_steps, env_steps_received=s.env_steps,
-                      buffer_size=len(s.replay), quant_phase=s.learner.quant_phase,
-                      drops={**self.channel.drops, "save": s.save_offers_dropped},
-                      grad_steps_per_s=round(self.trainer.steps_per_s, 2),
-                      device=str(s.learner.device), torch_threads=self.trainer.torch_threads,
-                      learner_alive=self.trainer.is_alive(), last_error=self.trainer.error
-                      or io.stats.last_error, last_save=io.stats.last_save,
-                      save_errors=io.stats.errors, losses=s.losses)
         return st
 
-    def close(self, deadline: float = 30.0) -> dict:
-        """Stop sending, move queued transitions into the buffer, make the final save
-        (blocking, guaranteed), stop the I/O thread, join everything within ``deadline``."""
+    def close(self, deadline: float = 60.0) -> dict:
+        """Stop sending; the learner takes what is queued into its buffer (untrained), makes the
+        final save (blocking, guaranteed unless its state is not finite) and exits; free the
+        weights directory.  Returns the final status, with ``final_save``."""
         if self._closed:
             return self.status()
         self._closed = True
-        if self.trainer is None:
-            self.heartbeat.maybe_write(self.status, force=True)
-            return self.status()
-        end = time.monotonic() + deadline
-        tr, io = self.trainer, self.io
-        assert io is not None
-        tr.stop_event.set()
-        tr.join(max(0.1, end - time.monotonic()))
-        self.final_save: dict = {"ok": False, "error": "not attempted"}
-        if tr.is_alive():
-            self.log("sacbot: training thread did not stop in time; final save skipped")
-            self.final_save = {"ok": False, "error": "the training thread did not stop in time"}
-        elif tr.poisoned:
-            self.log(f"sacbot: the learner's state is not finite ({tr.error}); no final save: the last "
-                     f"good checkpoint in {self.cfg.weights_path!r} is kept as it was")
-            self.final_save = {"ok": False, "error": "learner state not finite; last good checkpoint kept"}
-        else:
-            for m in self.channel.drain():
-                handle_message(tr.state, m)  # into the buffer, not trained on (SPEC 6)
-            tr.state.pending = 0
-            try:
-                payload = tr.state.payload(self.cfg.save_replay, since=self.save_slot.held)
-                check_finite(payload["arrays"], "final checkpoint")
-                payload["meta"]["acting_rng"] = json.dumps(self.rng.bit_generator.state)
-                payload["final"] = True
-                self.save_slot.put_final(payload,
-                                         timeout=max(0.1, end - time.monotonic()))
-            except Exception as e:  # noqa: BLE001
-                self.log(f"sacbot: final save could not be queued: {type(e).__name__}: {e}")
-                self.final_save = {"ok": False, "error": f"{type(e).__name__}: {e}"}
-        io.stop(max(0.1, end - time.monotonic()))
-        if io.is_alive():
-            self.log("sacbot: I/O thread did not finish in time")
-        elif io.stats.final is not None:
-            self.final_save = io.stats.final
-        if not io.is_alive() and not tr.is_alive():
-            self.writer_lock.close()  # a thread still writing keeps it: the OS frees it at exit
+        if self.learner is not None:
+            final = self.learner.close(json.dumps(self.rng.bit_generator.state), timeout=deadline)
+            self.final_save = final.get("final_save") or {"ok": False, "error": "the learner did not report"}
+            if not final.get("learner_alive", False):
+                self._release()  # a learner still writing keeps the lock: the OS frees it at exit
         st = self.status()
         self.heartbeat.maybe_write(lambda: st, force=True)
         return st

@@ -107,6 +107,9 @@ class Config:
     torch_threads: int = _f(1, "Torch intra-op threads of the learner (at most 256).", min=1, max=256,
                             group="learner")
     # --- runtime -------------------------------------------------------------------
+    learner: str = _f("thread", "Where the learner runs: thread (in the bot's process) or process (a child process: "
+                                "acting gets an interpreter of its own, no GIL shared with training).",
+                      choices=("thread", "process"), group="runtime")
     queue_size: int = _f(256, "Capacity of the acting-to-training queue.", min=1, max=1_000_000,
                          group="runtime")
     opponent_policy: str = _f("clear", "Replay policy when the opponent changes.",

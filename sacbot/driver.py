@@ -40,8 +40,9 @@ def make_env(env_id: str, render_mode: str | None = None, kwargs: dict | None = 
 
 def _progress_text(agent: Agent, steps: int) -> str:
     ret, won = agent.recent_stats()
-    st = agent.trainer.steps_per_s if agent.trainer else 0.0
-    drops = agent.channel.drops["transition"] if agent.trainer else 0
+    ls = agent.learner.status() if agent.learner else {}
+    st = ls.get("grad_steps_per_s", 0.0)
+    drops = agent.learner.drops()["transition"] if agent.learner else 0
     return (f"steps {steps}  ret(avg20) {'     n/a' if ret is None else f'{ret:8.1f}'}"
             + ("" if won is None else f"  won(last20) {won:4.0%}")
             + f"  grad/s {st:6.1f}  v{agent.policy_version}  drops {drops}")

@@ -48,7 +48,10 @@ class NewEpisode:
 
 @dataclass(frozen=True)
 class Shutdown:
-    pass
+    """The bot closes: the learner takes what came before this, makes the final save and exits.
+    ``acting_rng`` is the acting noise generator's state (JSON), saved so a resume continues it."""
+
+    acting_rng: str = ""
 
 
 Message = Transition | NewEpisode | Shutdown
@@ -169,33 +172,53 @@ def unpack(data: bytes, max_size: int = 1 << 30):
         raise MessageError(f"malformed msgpack data ({type(e).__name__}: {e})") from None
 
 
-def encode(msg: Message) -> bytes:
+def _body(msg: Message) -> list:
     if isinstance(msg, Transition):
-        body = ["T", msg.obs, msg.action, msg.reward, msg.next_obs, msg.terminated, msg.truncated]
-    elif isinstance(msg, NewEpisode):
-        body = ["N", msg.opponent]
-    elif isinstance(msg, Shutdown):
-        body = ["S"]
-    else:
-        raise MessageError(f"not a message: {type(msg).__name__}")
-    return pack(body)
+        return ["T", msg.obs, msg.action, msg.reward, msg.next_obs, msg.terminated, msg.truncated]
+    if isinstance(msg, NewEpisode):
+        return ["N", msg.opponent]
+    if isinstance(msg, Shutdown):
+        return ["S", msg.acting_rng]
+    raise MessageError(f"not a message: {type(msg).__name__}")
 
 
-def decode(data: bytes) -> Message:
-    body = unpack(data)
+def _from_body(body) -> Message:
     try:
         kind = body[0]
         if kind == "T" and len(body) == 7:
             obs, action, reward, next_obs, term, trunc = body[1:]
-            if not all(isinstance(a, np.ndarray) for a in (obs, action, next_obs)):
-                raise MessageError("transition arrays missing")
-            return Transition(obs, action, float(reward), next_obs, bool(term), bool(trunc))
+            if not all(isinstance(a, np.ndarray) and a.dtype == np.float32 and a.ndim == 1
+                       for a in (obs, action, next_obs)):
+                raise MessageError("transition arrays missing or not float32 vectors")
+            if not all(isinstance(f, bool) for f in (term, trunc)) or not isinstance(reward, float | int):
+                raise MessageError("transition flags or reward of the wrong type")
+            return Transition(obs, action, float(reward), next_obs, term, trunc)
         if kind == "N" and len(body) == 2 and isinstance(body[1], str):
             return NewEpisode(body[1])
-        if kind == "S" and len(body) == 1:
-            return Shutdown()
+        if kind == "S" and len(body) == 2 and isinstance(body[1], str):
+            return Shutdown(body[1])
     except (TypeError, IndexError, KeyError, ValueError) as e:
         if isinstance(e, MessageError):
             raise
         raise MessageError(f"malformed message: {e}") from None
     raise MessageError(f"malformed message: {str(body)[:80]}")
+
+
+def encode(msg: Message) -> bytes:
+    return pack(_body(msg))
+
+
+def decode(data: bytes) -> Message:
+    return _from_body(unpack(data))
+
+
+def encode_batch(msgs: list[Message]) -> bytes:
+    """Several messages as one msgpack array: what crosses a process or machine boundary."""
+    return pack([_body(m) for m in msgs])
+
+
+def decode_batch(data: bytes) -> list[Message]:
+    body = unpack(data)
+    if not isinstance(body, list):
+        raise MessageError(f"a message batch must be a msgpack array, got {type(body).__name__}")
+    return [_from_body(b) for b in body]

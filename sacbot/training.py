@@ -8,16 +8,20 @@ threads::
         handle_message(state, msg)          # into the buffer; opponent policy
     line = train_pass(state, offer_save)    # UTD steps, saves inside the loop
 
-:class:`TrainingThread` is a thin loop around them: block for one message (with a
-timeout so the stop event is always seen), take everything else queued, run a pass,
-append a metrics line, publish the actor.
+:class:`LearnerLoop` is a thin loop around them, the same whether it runs on a thread of the
+bot's process (:mod:`sacbot.thread_learner`) or in a child process
+(:mod:`sacbot.process_learner`): it builds the learner from plain data (a :class:`LearnerSpec` and
+a checkpoint payload) inside the thread or process that owns it, blocks for one message (with a
+timeout so a stop is always seen), takes everything else queued, runs a pass, appends a metrics
+line, publishes the actor and pushes a plain status dict.  ``Shutdown`` ends it: what was
+queued before it goes into the buffer untrained, the final save is made, the writer stops.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
-import sys
 import threading
 import time
 import traceback
@@ -27,12 +31,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .channels import Channel, SaveSlot
+from .channels import SaveSlot
 from .config import Config
+from .files import append_jsonl
+from .io_thread import IOThread
+from .learner import LearnerSpec
 from .messages import NewEpisode, Shutdown, Transition
 from .replay import SequenceReplay
 from .sac import SACLSTMLearner
-from .snapshot import WeightSnapshot
+
+log = logging.getLogger("sacbot")
 
 
 class NonFiniteError(RuntimeError):
@@ -66,7 +74,6 @@ class TrainingState:
     utd_carry: float = 0.0
     opponent: str | None = None
     pending: int = 0  # transitions handled since the last pass
-    buffer_clears: int = 0
     save_offers_dropped: int = 0
     losses: dict = field(default_factory=dict)
 
@@ -114,7 +121,6 @@ def handle_message(state: TrainingState, msg) -> bool:
                 and state.cfg.opponent_policy == "clear"):
             # Experience against another opponent would mislead the critic (SPEC 2).
             state.replay.clear()
-            state.buffer_clears += 1
         state.opponent = msg.opponent
         state.episodes += 1
     elif isinstance(msg, Shutdown):
@@ -189,171 +195,218 @@ def train_pass(state: TrainingState, offer_save: Callable[[TrainingState], bool]
             "drained": drained, "grad_steps": done, **avg, "quant_phase": state.learner.quant_phase}
 
 
-def append_jsonl(path: str, record: dict) -> bool:
-    """Open, append, close.  A failure is reported to the caller, never raised."""
-    try:
-        with open(path, "a") as fh:
-            fh.write(json.dumps(record) + "\n")
-        return True
-    except (OSError, TypeError, ValueError):
-        return False
+class LearnerLoop:
+    """Owns the learner, the replay and the I/O thread.  ``inbox`` has ``recv(timeout)`` and
+    ``drain()``; ``publish(arrays) -> version`` and ``push_status(dict)`` carry results out.
+    Errors are caught at the top: recorded in status, logged with the traceback, and in the
+    metrics.  After an error the loop trains no more but still answers Shutdown with the final
+    save, unless the learner's state is not finite (then the last good checkpoint stays)."""
 
-
-class TrainingThread(threading.Thread):
-    """Owns the learner.  Errors are caught at the top, kept in ``error`` and printed."""
-
-    def __init__(self, state: TrainingState, inbox: Channel, save_slot: SaveSlot,
-                 snapshot: WeightSnapshot, metrics_path: str, with_replay: bool = True):
-        super().__init__(name="sacbot-training", daemon=True)
-        self.state, self.inbox, self.save_slot, self.snapshot = state, inbox, save_slot, snapshot
-        self.metrics_path, self.with_replay = metrics_path, with_replay
-        self.stop_event = threading.Event()
+    def __init__(self, spec: LearnerSpec, checkpoint: dict | None, inbox, publish: Callable[[dict], int],
+                 push_status: Callable[[dict], None], stop: threading.Event):
+        self.spec, self.checkpoint, self.inbox = spec, checkpoint, inbox
+        self.publish, self.push_status, self.stop = publish, push_status, stop
+        self.state: TrainingState | None = None
+        self.io: IOThread | None = None
+        self.save_slot = SaveSlot()
+        self.held: dict[int, int] = {}  # replay chunks the writer holds, from its results
         self.error: str | None = None
-        self.processed = 0  # transitions whose pass has completed (for lockstep pace)
-        self._cond = threading.Condition()
-        self.metrics_failures = 0
+        self.poisoned = False
+        self.processed = 0  # transitions whose pass has completed (lockstep pace)
         self.steps_per_s = 0.0
+        self.version = 0
+        self.last_save: dict | None = None
+        self.save_errors = 0
+        self.saves = 0
+        self.last_save_error: str | None = None
+        self.final_save: dict | None = None
         self.torch_threads = 0
         self.learning = False
-        self.poisoned = False  # NonFiniteError: the learner's state must never be saved
 
-    def offer_save(self, state: TrainingState) -> bool:
-        # Build the (large) payload only when the writer has room for it.
-        if not self.save_slot.has_room():
+    # --- build, inside the owning thread or process -----------------------------------------
+    def _start(self) -> bool:
+        """Build; a failure here is reported as a start error (a setting the learner refuses, or a
+        sound checkpoint these settings cannot resume is a config error) and nothing is written."""
+        try:
+            self._build()
+        except Exception as e:  # noqa: BLE001 - reported to the assembler, which raises it
+            from .config import ConfigError
+
+            config = isinstance(e, ConfigError | KeyError | ValueError | TypeError | RuntimeError)
+            what = "" if isinstance(e, ConfigError) else "a sound checkpoint these settings cannot resume: "
+            self.error = f"{what}{type(e).__name__}: {e}" if not isinstance(e, ConfigError) else str(e)
+            if self.io is not None:
+                self.io.stop(10.0)
+            self.final_save = {"ok": False, "error": "the learner never started"}
+            self.push_status({**self.status(), "learner_alive": False, "start_error": self.error,
+                              "start_error_kind": "config" if config else "other", "closed": True})
             return False
-        payload = state.payload(self.with_replay, since=self.save_slot.held)
+        self.push_status(self.status())
+        return True
+
+    def _build(self) -> None:
+        spec, cfg = self.spec, self.spec.cfg()
+        torch.set_num_threads(cfg.torch_threads)
+        self.torch_threads = torch.get_num_threads()  # measured, not configured
+        self.state = TrainingState.fresh(cfg, spec.obs_dim, spec.act_dim)
+        if self.checkpoint is not None:
+            self.state.load_payload(self.checkpoint["arrays"], self.checkpoint["meta"])
+            self.checkpoint = None  # the replay arrays are in the buffer now: free the copy
+        self.io = IOThread(self.save_slot, spec.weights_dir, cfg.keep_last, spec.config, spec.spaces,
+                           latest_name=spec.latest_name)
+        self.io.start()
+        self._publish()
+
+    def _publish(self) -> None:
+        assert self.state is not None
+        actor = self.state.learner.export_actor()
+        check_finite(actor, "actor snapshot")  # acting keeps the last good weights
+        self.version = self.publish(actor)
+
+    def status(self) -> dict:
+        """The plain status the acting side shows; computed here, from the learner's objects."""
+        st: dict = {"learner_alive": self.error is None, "learner_error": self.error, "processed": self.processed,
+                    "policy_version_published": self.version, "last_error": self.error or self.last_save_error,
+                    "last_save": self.last_save, "saves": self.saves, "save_errors": self.save_errors,
+                    "torch_threads": self.torch_threads, "grad_steps_per_s": round(self.steps_per_s, 2)}
+        s = self.state
+        if s is not None:
+            st.update(learner_steps=s.grad_steps, env_steps_received=s.env_steps, buffer_size=len(s.replay),
+                      quant_phase=s.learner.quant_phase, save_drops=s.save_offers_dropped,
+                      device=str(s.learner.device), losses=dict(s.losses))
+        if self.final_save is not None:
+            st["final_save"] = self.final_save
+        return st
+
+    # --- the loop ------------------------------------------------------------------------------
+    def run(self) -> None:
+        acting_rng = None
+        try:
+            if not self._start():
+                return
+            acting_rng = self._loop()
+        except BaseException as e:  # noqa: BLE001 - recorded, logged, reported at exit
+            self._fail(e)
+            acting_rng = self._wait_for_shutdown()
+        finally:
+            self._finish(acting_rng)
+
+    def _loop(self) -> str | None:
+        """Drain, then train, until Shutdown (returns its acting_rng) or the stop event."""
+        assert self.state is not None
+        while not self.stop.is_set():
+            msg = self.inbox.recv(timeout=0.1)
+            if msg is None:
+                if self._collect_io():
+                    self.push_status(self.status())  # a save finished while no data came
+                continue
+            msgs = [msg] + self.inbox.drain()
+            shutdown = next((m for m in msgs if isinstance(m, Shutdown)), None)
+            if shutdown is not None:  # what came before it goes in; nothing after it is sent
+                msgs = msgs[:msgs.index(shutdown)]
+            for m in msgs:
+                handle_message(self.state, m)
+            if shutdown is not None:
+                self.state.pending = 0  # queued transitions go into the buffer untrained (SPEC 6)
+                return shutdown.acting_rng or None
+            if self.state.pending:
+                self._pass()
+        return None
+
+    def _pass(self) -> None:
+        s = self.state
+        assert s is not None
+        drained = s.pending
+        if not self.learning and ready_to_learn(s):
+            self.learning = True  # said once: tells a person (or a test) training began
+            log.info("learning started with %d transitions in the buffer", len(s.replay))
+        t0 = time.perf_counter()
+        line = train_pass(s, self._offer_save, self.stop)
+        dt = time.perf_counter() - t0
+        if line["grad_steps"]:
+            self.steps_per_s = line["grad_steps"] / max(dt, 1e-9)
+        self._publish()
+        self._collect_io()
+        line.update(wall_time=time.time(), policy_version=self.version, save_drops=s.save_offers_dropped)
+        append_jsonl(self.spec.metrics_path, line)
+        self.processed += drained
+        self.push_status(self.status())
+
+    def _offer_save(self, state: TrainingState) -> bool:
+        self._collect_io()
+        if not self.save_slot.has_room():  # build the (large) payload only when the writer can take it
+            return False
+        payload = state.payload(state.cfg.save_replay, since=self.held)
         check_finite(payload["arrays"], f"checkpoint at gradient step {state.grad_steps}")
         return self.save_slot.offer(payload)
 
-    def run(self) -> None:
-        try:
-            torch.set_num_threads(self.state.cfg.torch_threads)
-            self.torch_threads = torch.get_num_threads()  # measured, not configured
-            while not self.stop_event.is_set():
-                msg = self.inbox.recv(timeout=0.1)
-                if msg is None:
-                    continue
-                msgs = [msg] + self.inbox.drain()
-                stop = False
-                for m in msgs:
-                    stop = handle_message(self.state, m) or stop
-                drained = self.state.pending
-                if drained:
-                    if not self.learning and ready_to_learn(self.state):
-                        self.learning = True  # said once: tells a person (or a test) training began
-                        print(f"sacbot: learning started with {len(self.state.replay)} transitions "
-                              "in the buffer", file=sys.stderr, flush=True)
-                    t0 = time.perf_counter()
-                    line = train_pass(self.state, self.offer_save, self.stop_event)
-                    dt = time.perf_counter() - t0
-                    if line["grad_steps"]:
-                        self.steps_per_s = line["grad_steps"] / max(dt, 1e-9)
-                    actor = self.state.learner.export_actor()
-                    check_finite(actor, "actor snapshot")  # acting keeps the last good weights
-                    version = self.snapshot.publish(actor)
-                    line.update(wall_time=time.time(), policy_version=version,
-                                drops=self.inbox.drops,
-                                save_drops=self.state.save_offers_dropped)
-                    if not append_jsonl(self.metrics_path, line):
-                        self.metrics_failures += 1
-                    with self._cond:
-                        self.processed += drained
-                        self._cond.notify_all()
-                if stop:
-                    break
-        except BaseException as e:  # noqa: BLE001 - recorded, printed, reported at exit
-            self.error = f"{type(e).__name__}: {e}"
-            self.poisoned = isinstance(e, NonFiniteError)
-            print(f"sacbot: training thread failed; acting continues with the last weights:\n"
-                  f"{traceback.format_exc()}", file=sys.stderr, flush=True)
-            append_jsonl(self.metrics_path, {"wall_time": time.time(), "error": self.error})
-        finally:
-            with self._cond:
-                self._cond.notify_all()
+    def _collect_io(self) -> bool:
+        """Take in what the writer reported: saves, errors, the replay chunks it holds.
+        Returns True if there was news."""
+        if self.io is None:
+            return False
+        results = self.io.results()
+        for r in results:
+            if "held" in r:
+                self.held = r["held"]
+            if "saved" in r:
+                self.last_save = r["saved"]
+                self.saves += 1
+                if r["final"]:
+                    self.final_save = {"ok": True, **r["saved"]}
+            if "error" in r:
+                self.save_errors += 1
+                self.last_save_error = r["error"]
+                self.held = {}  # send every chunk again: the cache may have dropped some
+                if r["final"]:
+                    self.final_save = {"ok": False, "error": r["error"]}
+        return bool(results)
 
-    def wait_processed(self, n: int, timeout: float) -> bool:
-        """Block until ``n`` transitions have been trained on (lockstep pace).  Returns
-        False if the thread died or stopped, so a waiting actor never hangs."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while self.processed < n:
-                if self.error or not self.is_alive() or self.stop_event.is_set():
-                    return False
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(min(left, 0.5))
-        return True
+    # --- failure and the end --------------------------------------------------------------------
+    def _fail(self, e: BaseException) -> None:
+        self.error = f"{type(e).__name__}: {e}"
+        self.poisoned = isinstance(e, NonFiniteError)
+        log.error("the learner failed; acting continues with the last weights:\n%s", traceback.format_exc())
+        append_jsonl(self.spec.metrics_path, {"wall_time": time.time(), "error": self.error})
+        self.push_status(self.status())
 
+    def _wait_for_shutdown(self) -> str | None:
+        """After a failure: train no more, but wait for Shutdown (or stop) so the close can still
+        make the final save; messages in between are counted as lost."""
+        while not self.stop.is_set():
+            msg = self.inbox.recv(timeout=0.1)
+            for m in ([msg] + self.inbox.drain()) if msg is not None else []:
+                if isinstance(m, Shutdown):
+                    return m.acting_rng or None
+        return None
 
-@dataclass
-class IOStats:
-    saves: int = 0
-    errors: int = 0
-    last_save: dict | None = None
-    last_error: str | None = None
-    final: dict | None = None  # the final save's outcome: {"ok": bool, "path" or "error"}
-
-
-_SENTINEL = object()
-
-
-class IOThread(threading.Thread):
-    """Writes each offered payload as an atomic checkpoint.  A failed save is counted
-    and reported; it never kills the learner, and the next save tries again."""
-
-    def __init__(self, save_slot: SaveSlot, weights_dir: str, keep_last: int, config: dict,
-                 spaces: dict):
-        super().__init__(name="sacbot-io", daemon=True)
-        self.save_slot, self.weights_dir, self.keep_last = save_slot, weights_dir, keep_last
-        self.config, self.spaces = config, spaces
-        self.stats = IOStats()
-        self.stop_event = threading.Event()
-        from .checkpoint import ReplayChunkCache
-        self.replay_cache = ReplayChunkCache()
-
-    def run(self) -> None:
-        from .checkpoint import append_receipt, write_checkpoint
-
-        while True:
-            item = self.save_slot.get(timeout=0.2)
-            if item is None:
-                if self.stop_event.is_set():
-                    return
-                continue
+    def _finish(self, acting_rng: str | None) -> None:
+        """The final save (blocking, guaranteed) unless the state is poisoned; stop the writer."""
+        s, io = self.state, self.io
+        if s is None or io is None:
+            self.final_save = {"ok": False, "error": f"the learner never started ({self.error})"}
+        elif self.poisoned:
+            log.error("the learner's state is not finite (%s); no final save: the last good checkpoint "
+                      "in %r is kept as it was", self.error, self.spec.weights_dir)
+            self.final_save = {"ok": False, "error": "learner state not finite; last good checkpoint kept"}
+        else:
             try:
-                if item is _SENTINEL:
-                    return
-                try:
-                    r = write_checkpoint(self.weights_dir, item, self.keep_last, self.config, self.spaces,
-                                         cache=self.replay_cache)
-                    # Tell the training thread which replay chunks need not be sent again.
-                    self.save_slot.held = self.replay_cache.held()
-                    self.stats.saves += 1
-                    self.stats.last_save = {"path": r.path, "step": r.step, "bytes": r.bytes,
-                                            "time": time.time()}
-                    if item.get("final"):
-                        self.stats.final = {"ok": True, "path": r.path, "step": r.step}
-                    append_receipt(self.weights_dir, {"time": time.time(), "path": r.path, "step": r.step,
-                                                      "bytes": r.bytes, "sha256": r.sha256,
-                                                      "write_ms": round(r.write_ms, 2)})
-                except Exception as e:  # noqa: BLE001 - disk full, permissions: report, go on
-                    self.stats.errors += 1
-                    self.stats.last_error = f"{type(e).__name__}: {e}"
-                    if item.get("final"):
-                        self.stats.final = {"ok": False, "error": self.stats.last_error}
-                    print(f"sacbot: checkpoint save failed ({self.stats.last_error}); "
-                          "the next save will try again", file=sys.stderr, flush=True)
-                    append_receipt(self.weights_dir, {"time": time.time(), "error": self.stats.last_error,
-                                                      "step": int(item["meta"].get("grad_steps", 0))})
-            finally:
-                self.save_slot.task_done()
-
-    def stop(self, timeout: float) -> bool:
-        """Finish the save in progress, then exit.  Returns True if the thread ended."""
-        try:
-            self.save_slot.put_final(_SENTINEL, timeout=timeout)
-        except Exception:  # noqa: BLE001 - slot still full after timeout: fall back to the event
-            self.stop_event.set()
-        self.join(timeout)
-        return not self.is_alive()
+                self._collect_io()
+                payload = s.payload(s.cfg.save_replay, since=self.held)
+                check_finite(payload["arrays"], "final checkpoint")
+                if acting_rng:  # the acting noise, so a resume continues it exactly
+                    payload["meta"]["acting_rng"] = acting_rng
+                payload["final"] = True
+                self.save_slot.put_final(payload, timeout=60.0)
+            except Exception as e:  # noqa: BLE001
+                self.final_save = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        if io is not None:
+            if not io.stop(120.0):
+                log.error("the I/O thread did not finish in time")
+            self._collect_io()
+        if self.final_save is None:
+            self.final_save = {"ok": False, "error": "the final save was not written"}
+        st = self.status()
+        st["learner_alive"] = False
+        st["closed"] = True
+        self.push_status(st)

@@ -57,7 +57,6 @@ def test_garbage_from_the_game_loop_is_refused_and_never_reaches_the_learner(tmp
             agent.act(np.zeros(3))
         with pytest.raises(MessageError, match=match):
             getattr(agent, name)(*args)
-        agent.trainer.wait_processed(0, timeout=1)
         assert agent.status()["env_steps_received"] == 0 and agent.sent == 0
 
 
@@ -75,7 +74,7 @@ def _poison_weights(agent):
     import torch
 
     with torch.no_grad():
-        for p in agent.trainer.state.learner.critic.parameters():
+        for p in agent.learner.loop.state.learner.critic.parameters():
             p.fill_(float("nan"))
 
 
@@ -93,7 +92,7 @@ def test_a_refused_reward_leaves_the_bot_training_and_every_save_sound(tmp_path)
     for name in checkpoints(cfg.weights_path):  # read_checkpoint refuses non-finite arrays
         read_checkpoint(os.path.join(cfg.weights_path, name))
     again = Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
-    assert again.loaded_from.endswith("sac_latest.zip") and again.trainer.state.grad_steps == st["learner_steps"]
+    assert again.loaded_from.endswith("sac_latest.zip") and again.status()["learner_steps"] == st["learner_steps"]
     again.close()
 
 
@@ -101,12 +100,12 @@ def test_a_poisoned_learner_never_publishes_nor_saves_and_the_next_run_resumes(t
     cfg = small_cfg(tmp_path, pace="lockstep", save_interval=10, learning_starts=8)
     agent = Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
     play(agent, 60)
-    agent.save_slot.join()  # the periodic save in flight, if any, is on disk
+    agent.learner.loop.save_slot.join()  # the periodic save in flight, if any, is on disk
     wdir = cfg.weights_path
     good = checkpoints(wdir)
     step = read_checkpoint(os.path.join(wdir, "sac_latest.zip"))["manifest"]["step"]
     assert step > 0 and len(good) >= 2
-    version = agent.snapshot.version  # the last pass has published, whether acting pulled it yet or not
+    version = agent.learner.snapshot.version  # the last pass has published, whether acting pulled it yet or not
     _poison_weights(agent)
     agent.new_episode("x")
     obs = np.zeros(3, np.float32)
@@ -114,7 +113,7 @@ def test_a_poisoned_learner_never_publishes_nor_saves_and_the_next_run_resumes(t
         a = agent.act(obs)
         assert np.isfinite(a).all()
         agent.observe(0.0, obs, False, False)
-    agent.trainer.join(10)
+    assert agent.learner.wait_for(lambda st: not st["learner_alive"], 30)
     st = agent.status()
     assert not st["learner_alive"] and "NonFiniteError" in st["last_error"]
     assert agent.policy_version == version  # nothing non-finite was published
@@ -123,7 +122,7 @@ def test_a_poisoned_learner_never_publishes_nor_saves_and_the_next_run_resumes(t
     assert checkpoints(wdir) == good  # no file written over, none rotated away
     again = Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
     assert again.loaded_from == os.path.join(wdir, "sac_latest.zip")
-    assert again.trainer.state.grad_steps == step
+    assert again.status()["learner_steps"] == step
     again.close()
 
 
@@ -133,10 +132,10 @@ def test_a_changed_buffer_size_resumes_keeping_the_newest_rows(tmp_path, size):
     cfg = small_cfg(tmp_path, pace="lockstep", buffer_size=100)
     with Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET) as agent:
         play(agent, 150)  # the ring has wrapped
-    old = agent.trainer.state.replay
+    old = agent.learner.loop.state.replay
     newest = old.obs[(old.head - np.arange(1, min(size, 100) + 1)) % 100][::-1].copy()
     again = Agent(dataclasses.replace(cfg, buffer_size=size), OBS_SPACE, ACT_SPACE, **QUIET)
-    r = again.trainer.state.replay
+    r = again.learner.loop.state.replay
     assert again.loaded_from is not None and not [f for f in os.listdir(cfg.weights_path) if "corrupt" in f]
     assert r.capacity == size and len(r) == min(size, 100)
     assert np.array_equal(r.obs[(r.head - np.arange(1, len(r) + 1)) % size][::-1], newest)
@@ -205,9 +204,9 @@ def _limit_file_size(nbytes):
 
 
 @pytest.mark.timeout(120)
-def test_a_failed_final_save_exits_3_and_says_so(tmp_path):
+def test_a_failed_final_save_exits_3_and_says_so(tmp_path, learner_kind):
     """A full disk (RLIMIT_FSIZE) used to end in 'final checkpoint: none' and exit 0."""
-    args = ["run", "--env", "Pendulum-v1", "--steps", "250", "--pace", "lockstep", "--learning-starts", "50",
+    args = ["run", "--learner", learner_kind, "--env", "Pendulum-v1", "--steps", "250", "--pace", "lockstep", "--learning-starts", "50",
             "--run-dir", str(tmp_path / "run"), "--weights-path", str(tmp_path / "w"), "--quiet"]
     p = subprocess.run(SACBOT + args, capture_output=True, text=True, timeout=100,
                        preexec_fn=_limit_file_size(200_000))
@@ -226,11 +225,11 @@ def _wait_for(path, timeout):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("pace", ["realtime", "lockstep"])
-def test_sigterm_closes_promptly_in_every_pace_with_a_final_save(tmp_path, pace):
+def test_sigterm_closes_promptly_in_every_pace_with_a_final_save(tmp_path, pace, learner_kind):
     """At 0.05 ticks/s SIGTERM used to wait out the tick's 20 s sleep; lockstep finished its
     episode first (19 s with TankDuel at UTD 4)."""
     extra = ["--tps", "0.05"] if pace == "realtime" else ["--utd-ratio", "4", "--learning-starts", "20"]
-    args = ["run", "--env", "Pendulum-v1", "--pace", pace, *extra, "--run-dir", str(tmp_path / "run"),
+    args = ["run", "--learner", learner_kind, "--env", "Pendulum-v1", "--pace", pace, *extra, "--run-dir", str(tmp_path / "run"),
             "--weights-path", str(tmp_path / "w"), "--quiet"]
     p = subprocess.Popen(SACBOT + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     watch = StderrWatcher(p)

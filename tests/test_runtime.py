@@ -10,6 +10,7 @@ import threading
 
 import numpy as np
 import pytest
+from conftest import break_learner
 from helpers import ACT_SPACE, OBS_SPACE, dir_digests, play, small_cfg
 
 from sacbot import policy
@@ -233,8 +234,8 @@ def test_opponent_change_clears_by_default_and_keep_keeps(tmp_path):
 
 
 # --- the Agent with real threads --------------------------------------------------------
-def test_agent_trains_and_final_save_is_written(tmp_path):
-    cfg = small_cfg(tmp_path, pace="lockstep", save_interval=1000)
+def test_agent_trains_and_final_save_is_written(tmp_path, learner_kind):
+    cfg = small_cfg(tmp_path, pace="lockstep", save_interval=1000, learner=learner_kind)
     with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
         play(agent, 40)
     st = agent.status()
@@ -244,15 +245,16 @@ def test_agent_trains_and_final_save_is_written(tmp_path):
     ck = read_checkpoint(os.path.join(cfg.weights_path, "sac_latest.zip"))
     assert ck["meta"]["env_steps"] == 40 and ck["meta"]["grad_steps"] == st["learner_steps"]
     assert int(open(os.path.join(cfg.weights_path, "round_counter.txt")).read()) == 4
+    assert st["final_save"]["ok"] and st["final_save"]["path"].endswith(f"sac_step_{st['learner_steps']}.zip")
 
 
 def test_the_writer_reports_the_replay_chunks_it_holds_and_saves_stay_complete(tmp_path):
     cfg = small_cfg(tmp_path, pace="lockstep", save_interval=5)
     with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
         play(agent, 40)
-    replay = agent.trainer.state.replay
+    replay = agent.learner.loop.state.replay
     # After the final save the I/O thread holds every stored chunk at its current generation.
-    assert agent.save_slot.held == {0: int(replay.chunk_gen[0])}
+    assert agent.learner.loop.held == {0: int(replay.chunk_gen[0])}
     receipts = [json.loads(line) for line in open(os.path.join(cfg.weights_path, "saves.jsonl"))]
     assert len(receipts) >= 2 and not any("error" in r for r in receipts)
     from sacbot.checkpoint import read_checkpoint
@@ -260,15 +262,15 @@ def test_the_writer_reports_the_replay_chunks_it_holds_and_saves_stay_complete(t
     assert np.array_equal(ck["arrays"]["replay.obs"], replay.obs[:40])
 
 
-def test_eval_mode_sends_nothing_and_writes_no_weights(tmp_path):
-    cfg = small_cfg(tmp_path, pace="lockstep")
+def test_eval_mode_sends_nothing_and_writes_no_weights(tmp_path, learner_kind):
+    cfg = small_cfg(tmp_path, pace="lockstep", learner=learner_kind)
     with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
         play(agent, 20)
     wdir = cfg.weights_path
     before = dir_digests(wdir)
     ecfg = dataclasses.replace(cfg, eval_mode=True)
     agent = Agent(ecfg, OBS_SPACE, ACT_SPACE)
-    assert agent.trainer is None and agent.io is None  # no learner, no writer, no queue
+    assert agent.learner is None  # no learner, no writer, no queue
     a1 = agent.act(np.zeros(3))
     agent.observe(0.0, np.zeros(3), False, False)
     agent.new_episode("other")
@@ -378,26 +380,23 @@ def test_bad_observation_from_the_game_names_the_problem(tmp_path):
         assert agent.status()["env_steps_received"] == 0
 
 
-def test_learner_failure_keeps_acting_and_is_reported(tmp_path):
-    cfg = small_cfg(tmp_path, learning_starts=1)
+def test_learner_failure_keeps_acting_and_is_reported(tmp_path, learner_kind):
+    cfg = small_cfg(tmp_path, learning_starts=1, learner=learner_kind)
     agent = Agent(cfg, OBS_SPACE, ACT_SPACE)
-
-    def boom(batch):
-        raise RuntimeError("injected learner failure")
-
-    agent.trainer.state.learner.update = boom
+    says = break_learner(agent, learner_kind)
     agent.new_episode()
     obs = np.zeros(3)
     for _ in range(cfg.batch_size):  # enough for the first batch: the update runs and fails
         agent.act(obs)
         agent.observe(0.0, obs, False, False)
-    agent.trainer.join(10)  # the thread ends on the error
-    assert not agent.trainer.is_alive()
+    assert agent.learner.wait_for(lambda st: not st["learner_alive"], 30)
+    version = agent.learner.snapshot.version  # published before the failure; nothing after it
     for _ in range(50):  # acting goes on with the last weights
-        agent.act(obs)
+        assert np.isfinite(agent.act(obs)).all()
         agent.observe(0.0, obs, False, False)
     st = agent.status()
-    assert "injected learner failure" in st["last_error"] and not st["learner_alive"]
+    assert says in st["last_error"] and says in agent.learner_error and not st["learner_alive"]
+    assert agent.policy_version == version
     agent.close()
 
 
@@ -425,16 +424,15 @@ def _play_until_saves(agent, saves_wanted, max_steps=400):
     for _ in range(max_steps):
         agent.act(obs)
         agent.observe(0.0, obs, False, False)
-        agent.save_slot.join()  # every offered save has been attempted by the I/O thread
-        st = agent.io.stats
-        if st.saves + st.errors >= saves_wanted:
-            return
+        # Every offered save is attempted by the writer, and its outcome reaches the status.
+        if agent.learner.wait_for(lambda st: st.get("saves", 0) + st.get("save_errors", 0) >= saves_wanted, 0.05):
+            return agent.learner.status()
     raise AssertionError("not enough saves were offered")
 
 
 @pytest.mark.timeout(60)
-def test_save_into_an_unwritable_path_is_counted_and_retried(tmp_path):
-    cfg = small_cfg(tmp_path, pace="lockstep", save_interval=3)
+def test_save_into_an_unwritable_path_is_counted_and_retried(tmp_path, learner_kind):
+    cfg = small_cfg(tmp_path, pace="lockstep", save_interval=3, learner=learner_kind)
     agent = Agent(cfg, OBS_SPACE, ACT_SPACE)
     blocker = os.path.join(cfg.weights_path, "sac_latest.zip")
     os.makedirs(os.path.join(blocker, "x"))  # a directory where the file must go: the rename fails
@@ -443,8 +441,8 @@ def test_save_into_an_unwritable_path_is_counted_and_retried(tmp_path):
     assert st["save_errors"] == 1 and st["learner_alive"] and "Error" in st["last_error"]
     os.rmdir(os.path.join(blocker, "x"))
     os.rmdir(blocker)
-    _play_until_saves(agent, 2)
-    assert agent.io.stats.saves == 1 and agent.trainer.is_alive()
+    st = _play_until_saves(agent, 2)
+    assert st["saves"] == 1 and st["learner_alive"]
     agent.close()
     receipts = [json.loads(x) for x in open(os.path.join(cfg.weights_path, "saves.jsonl"))]
     assert "error" in receipts[0] and receipts[1]["bytes"] > 0 and "error" not in receipts[1]
@@ -464,13 +462,12 @@ def test_full_disk_is_counted_and_the_next_save_succeeds(tmp_path, monkeypatch):
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(path, write)
 
-    monkeypatch.setattr(ck, "atomic_write", full_disk_once)
+    monkeypatch.setattr(ck, "atomic_write", full_disk_once)  # in this process: the thread learner
     cfg = small_cfg(tmp_path, pace="lockstep", save_interval=3)
     agent = Agent(cfg, OBS_SPACE, ACT_SPACE)
-    _play_until_saves(agent, 2)
-    st = agent.status()
-    assert agent.io.stats.errors == 1 and agent.io.stats.saves >= 1 and st["learner_alive"]
-    assert "No space left" in (agent.io.stats.last_error or "")
+    st = _play_until_saves(agent, 2)
+    assert st["save_errors"] == 1 and st["saves"] >= 1 and st["learner_alive"]
+    assert "No space left" in (st["last_error"] or "")
     agent.close()
     assert ck.read_checkpoint(os.path.join(cfg.weights_path, ck.LATEST))["meta"]["grad_steps"] > 0
 

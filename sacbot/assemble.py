@@ -1,0 +1,159 @@
+"""Where a bot is put together: the only module that knows both the acting and the learning side.
+
+    start = assemble(cfg, obs_dim, act_dim, spaces, log)   # called by Agent.__init__
+    start.arrays          # the actor the bot plays first (plain arrays)
+    start.learner         # a Learner (sacbot.learner), or None in eval mode
+    start.release()       # at close: frees the weights directory's writer lock
+
+It decides between the four ways a bot starts:
+
+* **eval**: the newest checkpoint's actor export, read alone (no learner, nothing written);
+* **pretrained**: eval with no checkpoint of one's own plays the bot shipped for the env;
+* **resume**: the newest checkpoint that verifies (bad files are set aside, never deleted);
+* **fresh**: nothing to resume.
+
+Everything here reads files and plain data; torch is imported only by the learner, and only when
+training: ``sacbot.thread_learner`` is imported here lazily, and ``sacbot.process_learner``'s
+parent side never imports it at all.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import checkpoint as ck
+from .config import Config, ConfigError
+from .learner import LearnerSpec
+from .lock import LockHeld, WriterLock
+
+
+class AssembleError(RuntimeError):
+    """The bot cannot start (no checkpoint to evaluate, a directory in use, ...): exit 1."""
+
+
+@dataclass
+class Start:
+    arrays: dict[str, np.ndarray]
+    policy_version: int
+    loaded_from: str | None
+    learner: object | None = None  # a sacbot.learner.Learner
+    env_steps: int = 0  # transitions the learner has already seen (learning_starts counts them)
+    episodes: int = 0  # episodes of earlier runs: the next episode's index continues from here
+    acting_rng: str | None = None  # the acting noise state saved by the last close
+    release: Callable[[], None] = field(default=lambda: None)
+
+
+def make_dir(path: str, flag: str) -> None:
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:  # a file in the way, no permission, a read-only disk
+        why = "a file is in the way" if os.path.isfile(path) else e.strerror
+        raise AssembleError(f"{flag} {path!r} cannot be used as a directory: {why}") from None
+
+
+def _mismatch(cfg: Config, e: Exception) -> ConfigError:
+    return ConfigError(f"{e}. To go on with that bot, run with its settings (`sacbot inspect` shows them); "
+                       f"for a new bot, pass another --weights-path. Nothing in {cfg.weights_dir!r} was changed.")
+
+
+def assemble(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log: Callable[[str], None]) -> Start:
+    return _eval(cfg, obs_dim, act_dim, log) if cfg.eval_mode else _train(cfg, obs_dim, act_dim, spaces, log)
+
+
+# --- eval ------------------------------------------------------------------------------------
+def _eval(cfg: Config, obs_dim: int, act_dim: int, log) -> Start:
+    expect = {"obs_dim": obs_dim, "act_dim": act_dim}  # the export carries its own sizes
+    try:
+        # Actor-only: eval reads the deployable actor export and the manifest, nothing else.
+        found = ck.load_latest(cfg.weights_dir, expect, entries=("actor",), log=log, set_aside_bad=False,
+                               latest_name=cfg.latest_name)
+    except ck.CheckpointMismatch as e:
+        raise _mismatch(cfg, e) from None
+    if found is None and cfg.weights_path == Config.weights_path:
+        found = _pretrained(cfg, expect, log)
+    if found is None:
+        raise AssembleError(f"no valid checkpoint in {cfg.weights_path!r} to evaluate; "
+                            "train first with `sacbot run` or pass --weights-path")
+    ckpt, path = found
+    arrays = {k[len("export."):]: v for k, v in ckpt["arrays"].items() if k.startswith("export.")}
+    return Start(arrays, int(ckpt["manifest"].get("step", 0)), path)
+
+
+def _pretrained(cfg: Config, expect: dict, log):
+    """No checkpoint of one's own: play a pretrained bot for this env (one in
+    <weights>/pretrained/, else the one shipped in the package), saying so."""
+    from . import pretrained
+
+    found = pretrained.find(cfg.env, expect, log, cfg.weights_path)
+    if found:
+        log(f"sacbot: no checkpoint of your own in {cfg.weights_path!r}; evaluating the "
+            f"pretrained bot {found[1]} (provenance in {pretrained.provenance(found[1])})")
+    return found
+
+
+# --- training ---------------------------------------------------------------------------------
+def _train(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log) -> Start:
+    make_dir(cfg.weights_dir, "--weights-path")
+    lock = WriterLock(cfg.weights_dir)
+    try:  # one writer per weights directory, held until close (the OS frees it on any exit)
+        lock.acquire()
+    except LockHeld as e:
+        raise AssembleError(str(e)) from None
+    try:
+        return _train_locked(cfg, obs_dim, act_dim, spaces, log, lock)
+    except BaseException:
+        lock.close()
+        raise
+
+
+def _train_locked(cfg, obs_dim, act_dim, spaces, log, lock: WriterLock) -> Start:
+    for p in ck.remove_stale_temps(cfg.weights_dir):  # safe: we hold the lock
+        log(f"sacbot: removed stale temp file {p}")
+    had_files = bool(ck.candidates(cfg.weights_dir, cfg.latest_name))
+    try:
+        found = ck.load_latest(cfg.weights_dir, {**cfg.to_dict(), "obs_dim": obs_dim, "act_dim": act_dim},
+                               log=log, latest_name=cfg.latest_name)
+    except ck.CheckpointMismatch as e:
+        raise _mismatch(cfg, e) from None
+    if found is None and had_files:
+        if cfg.no_fresh_start:
+            raise AssembleError(f"no checkpoint in {cfg.weights_dir!r} loads, and --no-fresh-start refuses to "
+                                "start fresh (bad files are kept aside as *.corrupt-*)")
+        log("sacbot: WARNING: no valid checkpoint could be loaded; STARTING FRESH. "
+            "The unusable files are kept aside as *.corrupt-*.")
+    ckpt, path = found if found is not None else (None, None)
+    spec = LearnerSpec(config=cfg.to_dict(), obs_dim=obs_dim, act_dim=act_dim, spaces=spaces,
+                       metrics_path=cfg.metrics_path, weights_dir=cfg.weights_dir, latest_name=cfg.latest_name)
+    learner = _start_learner(cfg, spec, ckpt, path, lock)
+    meta = ckpt["meta"] if ckpt is not None else {}
+    got = learner.pull(0)
+    assert got is not None  # _start_learner waited for the first publish
+    version, arrays = got
+    return Start({k: v.copy() for k, v in arrays.items()}, version, path, learner,
+                 env_steps=int(meta.get("env_steps", 0)), episodes=int(meta.get("episodes", 0)),
+                 acting_rng=meta.get("acting_rng"), release=lock.close)
+
+
+def _start_learner(cfg: Config, spec, ckpt: dict | None, path: str | None, lock: WriterLock):
+    if cfg.learner == "process":
+        from .process_learner import ProcessLearner
+
+        # The child takes the directory's lock itself: it writes there, and it may outlive us.
+        lock.close()
+        learner = ProcessLearner(spec, path, cfg.queue_size, pace=cfg.pace)
+    else:
+        from .thread_learner import ThreadLearner
+
+        learner = ThreadLearner(spec, ckpt, cfg.queue_size)
+    if not learner.wait_ready(timeout=300.0) or learner.snapshot.version == 0:
+        st = learner.status()
+        learner.close(timeout=30.0)
+        err = st.get("start_error") or st.get("last_error") or "the learner did not start in 300 s"
+        if st.get("start_error_kind") == "config":
+            raise ConfigError(f"{err}. Nothing in {cfg.weights_dir!r} was changed.")
+        raise AssembleError(f"the learner could not start: {err}")
+    return learner

@@ -1,0 +1,241 @@
+"""The process learner: the learner boundary (:mod:`sacbot.learner`) in a child process.
+
+    learner = ProcessLearner(spec, resume_path, queue_size=256, pace="free")
+    learner.send([NewEpisode("tracker"), transition])   # the boundary, as in learner.py
+    final = learner.close(acting_rng)
+
+Why a process: acting then has an interpreter of its own and never waits for the training loop's
+GIL (SPEC 1 measured torch on a shared GIL at p99 ~9 ms per act).  The parent side imports no
+torch; the child builds the learner, the replay and the I/O thread itself.
+
+Transport (docs/learner-boundary.md has the measurements): two one-way ``multiprocessing`` pipes
+of msgpack bytes, made with the ``spawn`` start method (no fork of a process holding threads).
+
+* bot -> learner: a *sender* thread drains the bounded outgoing queue and writes each batch as one
+  msgpack array (:func:`sacbot.messages.encode_batch`).  A full pipe blocks the sender, never the
+  acting thread: the queue fills and drops are counted, as with the thread learner.
+* learner -> bot: ``["snap", version, arrays]`` and ``["status", dict]``, read by a *receiver*
+  thread that publishes into the local snapshot and status.  Outside lockstep, snapshots are sent
+  at most every ``SNAPSHOT_PERIOD_S`` (the newest one always goes out); in lockstep after every
+  pass, so both learners give the same run.
+
+The child exits after the final save when it gets ``Shutdown``, and also when its parent is gone
+(the pipe closes, or the parent PID changes): it then saves what it has, so killing a bot with
+``kill -9`` leaves no orphan and loses no more than the messages in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+
+from .learner import LearnerLink, LearnerSpec
+from .messages import MessageError, Shutdown, decode_batch, encode_batch, pack, unpack
+
+log = logging.getLogger("sacbot")
+SNAPSHOT_PERIOD_S = 0.02  # 50 weight updates a second reach acting; each is ~10-100 KB of msgpack
+MAX_PIPE_MESSAGE = 1 << 30
+
+
+class ProcessLearner(LearnerLink):
+    kind = "process"
+
+    def __init__(self, spec: LearnerSpec, resume_path: str | None, queue_size: int, pace: str = "free"):
+        super().__init__(queue_size)
+        ctx = multiprocessing.get_context("spawn")
+        to_child_r, self._to_child = ctx.Pipe(duplex=False)
+        self._from_child, from_child_w = ctx.Pipe(duplex=False)
+        self.proc = ctx.Process(target=child_main, name="sacbot-learner",
+                                args=(spec, resume_path, to_child_r, from_child_w, os.getpid(), pace))
+        self.proc.start()
+        to_child_r.close()  # the child holds these ends now: EOF on either side means the other is gone
+        from_child_w.close()
+        self._closed = threading.Event()
+        self._sender = threading.Thread(target=self._send_loop, name="sacbot-sender", daemon=True)
+        self._receiver = threading.Thread(target=self._receive_loop, name="sacbot-receiver", daemon=True)
+        self._sender.start()
+        self._receiver.start()
+
+    # --- bot -> learner ------------------------------------------------------------------------
+    def _send_loop(self) -> None:
+        while True:
+            msg = self.outbox.recv(timeout=0.2)
+            if msg is None:
+                if self._closed.is_set() or not self.proc.is_alive():
+                    return
+                continue
+            batch = [msg] + self.outbox.drain()
+            try:
+                self._to_child.send_bytes(encode_batch(batch))
+            except (OSError, ValueError):  # the child is gone: what was queued is lost, and said so
+                self._dead()
+                return
+            if any(isinstance(m, Shutdown) for m in batch):
+                return
+
+    # --- learner -> bot ------------------------------------------------------------------------
+    def _receive_loop(self) -> None:
+        while True:
+            try:
+                data = self._from_child.recv_bytes(MAX_PIPE_MESSAGE)
+            except (EOFError, OSError):
+                break
+            try:
+                kind, *rest = unpack(data)
+                if kind == "snap":
+                    self.publish(rest[1])
+                elif kind == "status":
+                    self.push_status(rest[0])
+            except (MessageError, ValueError, TypeError, IndexError) as e:
+                log.error("bad message from the learner process: %s", e)
+        self._dead()
+
+    def _dead(self) -> None:
+        """The child is gone without its closing word (killed, crashed): say so in the status."""
+        self.proc.join(5.0)
+        if not self._status.get("closed"):
+            why = (f"the learner process exited with code {self.proc.exitcode}; acting goes on with the "
+                   "last weights, and nothing more is learned or saved")
+            self.push_status({"learner_alive": False, "learner_error": why, "last_error": why})
+
+    # --- the rest of the boundary --------------------------------------------------------------
+    def wait_ready(self, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self.snapshot.version > 0
+                                       or not self._status.get("learner_alive", True), timeout)
+
+    def close(self, acting_rng: str | None = None, timeout: float = 60.0) -> dict:
+        self.outbox.send(Shutdown(acting_rng or ""), control_wait=timeout)
+        self._closed.set()
+        self._sender.join(timeout)
+        self.proc.join(timeout)
+        if self.proc.is_alive():
+            log.error("the learner process did not finish within %.0f s; stopping it", timeout)
+            self.proc.terminate()  # SIGTERM: the child still makes its final save
+            self.proc.join(30.0)
+            if self.proc.is_alive():
+                self.proc.kill()
+                self.proc.join(5.0)
+        self._receiver.join(10.0)
+        self._to_child.close()
+        st = dict(self.status())
+        if "final_save" not in st:
+            st["final_save"] = {"ok": False, "error": f"the learner process exited with code {self.proc.exitcode} "
+                                                      "before reporting its final save"}
+        return st
+
+
+# --- the child ----------------------------------------------------------------------------------
+class _ChildPipes:
+    """The child's ends: an inbox for :class:`LearnerLoop` (``recv``/``drain``) and the outbox
+    (``publish``/``push_status``).  A closed pipe or a new parent PID reads as ``Shutdown``."""
+
+    def __init__(self, conn_in: Connection, conn_out: Connection, parent_pid: int, lockstep: bool):
+        self.conn_in, self.conn_out, self.parent_pid = conn_in, conn_out, parent_pid
+        self.period = 0.0 if lockstep else SNAPSHOT_PERIOD_S
+        self._buffered: list = []
+        self._version = 0
+        self._pending: dict | None = None
+        self._last_sent = 0.0
+        self.parent_gone = False
+
+    def _orphaned(self) -> list:
+        self.parent_gone = True
+        return [Shutdown("")]
+
+    def recv(self, timeout: float):
+        if self._buffered:
+            return self._buffered.pop(0)
+        self._flush(wait=True)
+        try:
+            if os.getppid() != self.parent_pid:
+                return self._orphaned()[0]
+            if not self.conn_in.poll(timeout):
+                return None
+            self._buffered = decode_batch(self.conn_in.recv_bytes(MAX_PIPE_MESSAGE))
+        except (EOFError, OSError):
+            self._buffered = self._orphaned()
+        return self._buffered.pop(0) if self._buffered else None
+
+    def drain(self) -> list:
+        out, self._buffered = self._buffered, []
+        try:
+            while self.conn_in.poll(0):
+                out += decode_batch(self.conn_in.recv_bytes(MAX_PIPE_MESSAGE))
+        except (EOFError, OSError):
+            out += self._orphaned()
+        return out
+
+    def publish(self, arrays: dict) -> int:
+        self._version += 1
+        self._pending = arrays
+        self._flush(wait=False)
+        return self._version
+
+    def _flush(self, wait: bool) -> None:
+        if self._pending is None:
+            return
+        left = self._last_sent + self.period - time.monotonic()
+        if left > 0:
+            if not wait:
+                return
+            time.sleep(left)  # at most SNAPSHOT_PERIOD_S: the newest actor goes out before we block
+        self._send(["snap", self._version, self._pending])
+        self._pending, self._last_sent = None, time.monotonic()
+
+    def push_status(self, status: dict) -> None:
+        if status.get("closed"):
+            self._flush(wait=True)  # the last actor before the last word
+        self._send(["status", status])
+
+    def _send(self, obj) -> None:
+        try:
+            self.conn_out.send_bytes(pack(obj))
+        except (OSError, ValueError):
+            self.parent_gone = True  # nobody reads any more; the loop still finishes its save
+
+
+def child_main(spec: LearnerSpec, resume_path: str | None, conn_in: Connection, conn_out: Connection,
+               parent_pid: int, pace: str) -> None:
+    """Entry point of the learner process (spawned: a fresh interpreter that imports torch)."""
+    logging.basicConfig(stream=sys.stderr, format="sacbot: %(message)s", level=logging.INFO)
+    from .checkpoint import CheckpointError, read_checkpoint
+    from .lock import LockHeld, WriterLock
+    from .training import LearnerLoop
+
+    pipes = _ChildPipes(conn_in, conn_out, parent_pid, lockstep=(pace == "lockstep"))
+    lock = WriterLock(spec.weights_dir)
+    try:
+        _acquire(lock, 30.0)  # the parent let go of it just before starting us
+        ckpt = read_checkpoint(resume_path) if resume_path else None
+    except (LockHeld, CheckpointError, OSError) as e:
+        pipes.push_status({"learner_alive": False, "start_error": str(e), "start_error_kind": "other",
+                           "closed": True, "final_save": {"ok": False, "error": "the learner never started"}})
+        sys.exit(1)
+    loop = LearnerLoop(spec, ckpt, pipes, pipes.publish, pipes.push_status, threading.Event())
+    del ckpt
+    try:
+        loop.run()
+    finally:
+        lock.close()
+        conn_out.close()
+    sys.exit(1 if loop.error else 0)
+
+
+def _acquire(lock, timeout: float) -> None:
+    from .lock import LockHeld
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            lock.acquire()
+            return
+        except LockHeld:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)

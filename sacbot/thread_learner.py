@@ -1,0 +1,51 @@
+"""The thread learner: the learner boundary (:mod:`sacbot.learner`) on a thread of the bot's process.
+
+    learner = ThreadLearner(spec, checkpoint, queue_size=256)   # spec, checkpoint: plain data
+    learner.send([NewEpisode("tracker"), transition])           # the boundary, as in learner.py
+    final = learner.close(acting_rng)
+
+The thread builds its own torch objects inside ``run()`` from the plain spec and checkpoint
+payload; messages go in through the link's bounded queue, the actor comes back through the
+link's snapshot and status through ``push_status``.  Nothing torch crosses the thread boundary.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from .learner import LearnerLink
+from .messages import Shutdown
+from .training import LearnerLoop, LearnerSpec
+
+log = logging.getLogger("sacbot")
+
+
+class ThreadLearner(LearnerLink):
+    kind = "thread"
+
+    def __init__(self, spec: LearnerSpec, checkpoint: dict | None, queue_size: int):
+        super().__init__(queue_size)
+        self._stop = threading.Event()
+        self.loop = LearnerLoop(spec, checkpoint, self.outbox, self.publish, self.push_status, self._stop)
+        self._thread = threading.Thread(target=self.loop.run, name="sacbot-training", daemon=True)
+        self._thread.start()
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Block until the learner has built itself and published its first actor (or failed)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self.snapshot.version > 0
+                                       or not self._status.get("learner_alive", True), timeout)
+
+    def close(self, acting_rng: str | None = None, timeout: float = 60.0) -> dict:
+        # Shutdown goes through the same queue as the data (a reserved place), so the learner
+        # takes everything sent before it, in order (STYLE 15).
+        if not self.outbox.send(Shutdown(acting_rng or ""), control_wait=timeout):
+            self._stop.set()  # the queue never freed a place: stop by the event instead
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.error("the training thread did not stop within %.0f s; final save not confirmed", timeout)
+            self._stop.set()
+            return {**self.status(), "learner_alive": True,
+                    "final_save": {"ok": False, "error": "the training thread did not stop in time"}}
+        return self.status()

@@ -1,0 +1,29 @@
+"""Fixtures shared by the tests (helpers that are plain functions live in helpers.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sacbot.learner import LEARNER_KINDS
+
+
+@pytest.fixture(params=LEARNER_KINDS)
+def learner_kind(request) -> str:
+    """Run a test once with the thread learner and once with the process learner: both
+    implement the same boundary and must pass the same suite (issue 12)."""
+    return request.param
+
+
+def break_learner(agent, kind: str) -> str:
+    """Make the agent's learner fail the way it would in the field; returns what the error says."""
+    if kind == "thread":
+        def boom(batch):
+            raise RuntimeError("injected learner failure")
+
+        agent.learner.loop.state.learner.update = boom
+        return "injected learner failure"
+    import os
+    import signal
+
+    os.kill(agent.learner.proc.pid, signal.SIGKILL)
+    return "exited with code -9"
