@@ -1,7 +1,8 @@
 """Command line: ``sacbot run | eval | inspect | status`` (also ``python -m sacbot``).
 
 Exit codes: 0 success, 1 failure (learner crashed, invalid checkpoint), 2 bad usage
-or configuration, 130 a second interrupt.
+or configuration, 3 the final checkpoint could not be written (read-only or full disk),
+128 + N a second signal N (130 for SIGINT).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import sys
 import threading
 
 from .config import ConfigError, add_arguments, from_args
+
+EXIT_SAVE_FAILED = 3  # the run ended, but its final checkpoint could not be written
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -100,7 +103,8 @@ def cmd_run(args, eval_mode: bool) -> int:
                       f"± {r['std_return']:.2f}{won}")
         return 0 if s["episodes"] else 1  # an eval that saw no episode end measured nothing
     err = agent.learner_error
-    last = report.get("last_save")
+    final = report.get("final_save") or {}
+    last = report.get("last_save") if final.get("ok") else None
     if report.get("mean_return_last20") is not None:
         won = report.get("win_rate_last20")
         print(f"sacbot: last {min(agent.episodes, 20)} episodes: mean return {report['mean_return_last20']:.2f}"
@@ -111,6 +115,12 @@ def cmd_run(args, eval_mode: bool) -> int:
     if err:
         print(f"sacbot: the learner failed: {err}", file=sys.stderr)
         return 1
+    if not final.get("ok"):
+        # The runner (and any script) must not take lost work for a finished run.
+        print(f"sacbot: the final checkpoint was NOT written ({final.get('error', 'unknown')}); "
+              f"the newest checkpoint in {cfg.weights_path!r} is older than this run's work",
+              file=sys.stderr)
+        return EXIT_SAVE_FAILED
     return 0
 
 
