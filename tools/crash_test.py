@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Crash test for checkpoint writes: SIGKILL a process that saves continuously, many times.
 
-After every kill: stale temp files are removed (as a starting bot does), and the newest
-checkpoint must load, verified, and be at least as new as the last save the child
-reported as complete.  Last line is JSON; exit 1 if any kill left no loadable file.
+Each child holds the directory's writer lock (``sacbot.lock.WriterLock``) while it saves, as a bot
+does.  After every kill the parent must get that lock at once (the OS released the dead child's),
+and under it removes stale temp files (as a starting bot does); the newest checkpoint must then
+load, verified, and be at least as new as the last save the child reported as complete.
+Last line is JSON; exit 1 if any kill left no loadable file or a held lock.
 
     python tools/crash_test.py --kills 500
 """
@@ -26,7 +28,9 @@ import numpy as np
 def child(directory: str, mb: float) -> None:
     """Save forever with increasing steps; print each step once its save is complete."""
     from sacbot.checkpoint import step_files, write_checkpoint
+    from sacbot.lock import WriterLock
 
+    WriterLock(directory).acquire()  # held until the kill: the OS must release it
     rng = np.random.default_rng(0)
     n = max(1, int(mb * (1 << 20) / 4 / 4))
     base = {f"actor.w{i}": rng.standard_normal(n).astype(np.float32) for i in range(4)}
@@ -40,13 +44,13 @@ def child(directory: str, mb: float) -> None:
 
 def run(kills: int, mb: float = 2.0, seed: int = 0, log=None) -> dict:
     from sacbot import checkpoint as ck
+    from sacbot.lock import LockHeld, WriterLock
 
     rnd = random.Random(seed)
     directory = tempfile.mkdtemp(prefix="sacbot-crash-")
     failures, temps_removed, steps = [], 0, []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
     for k in range(kills):
-        temps_removed += len(ck.remove_stale_temps(directory))  # what a starting bot does
         p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", directory, "--mb", str(mb)],
                              stdout=subprocess.PIPE, text=True, env=env)
         assert p.stdout is not None
@@ -60,9 +64,14 @@ def run(kills: int, mb: float = 2.0, seed: int = 0, log=None) -> dict:
         out, _ = p.communicate()
         last_done = int(([first] + out.split())[-1])
         left = [f for f in os.listdir(directory) if f.startswith(ck.TMP_PREFIX)]
-        temps_removed += len(ck.remove_stale_temps(directory))
-        assert not any(f.startswith(ck.TMP_PREFIX) for f in os.listdir(directory))
         try:
+            lock = WriterLock(directory).acquire()
+        except LockHeld as e:
+            failures.append({"kill": k, "error": f"lock not released by the kill: {e}", "temps_left": left})
+            continue
+        try:
+            temps_removed += len(ck.remove_stale_temps(directory))
+            assert not any(f.startswith(ck.TMP_PREFIX) for f in os.listdir(directory))
             loaded = ck.load_latest(directory, log=lambda m: None, set_aside_bad=False)
             if loaded is None:
                 raise ck.CheckpointError("no checkpoint loads")
@@ -73,6 +82,8 @@ def run(kills: int, mb: float = 2.0, seed: int = 0, log=None) -> dict:
             steps.append(step)
         except ck.CheckpointError as e:
             failures.append({"kill": k, "error": str(e), "temps_left": left})
+        finally:
+            lock.close()  # the next child takes it
         if log:
             log(f"kill {k + 1}/{kills}: last complete save {last_done}, loaded {steps[-1] if steps else None}, "
                 f"temp files left by the kill: {len(left)}")
