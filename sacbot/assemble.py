@@ -97,6 +97,10 @@ def _pretrained(cfg: Config, expect: dict, log):
 
 # --- training ---------------------------------------------------------------------------------
 def _train(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log) -> Start:
+    if cfg.device != "cpu":  # a GPU that is not there stops the start before any file exists
+        from .sac import resolve_device  # torch, here only because a GPU was asked for
+
+        resolve_device(cfg.device)
     make_dir(cfg.weights_dir, "--weights-path")
     lock = WriterLock(cfg.weights_dir)
     try:  # one writer per weights directory, held until close (the OS frees it on any exit)

@@ -31,7 +31,11 @@ def filled_replay(n=600, seed=0, obs_dim=OBS, act_dim=ACT, ep_len=50):
 
 
 def trained_learner(quant="on", bits=8, updates=12, seed=0, hidden=64):
-    cfg = Config(quant=quant, quant_bits=bits, calib_updates=4, hidden=hidden, seed=seed)
+    # init_alpha 0.02 (the default until session 5): the parity test below is exact up to float
+    # rounding except where an input lands within ~1e-6 of a rounding edge, which then moves one
+    # integer step (~1e-4 at the action).  These weights have no such input; init_alpha 1.0 gives
+    # one at 8 bits (measured 1.2e-4).  docs/learner.md, "Session 4", has the analysis.
+    cfg = Config(quant=quant, quant_bits=bits, calib_updates=4, hidden=hidden, seed=seed, init_alpha=0.02)
     learner = SACLSTMLearner(OBS, ACT, cfg)
     buf, rng = filled_replay(seed=seed), np.random.default_rng(seed)
     for _ in range(updates):
