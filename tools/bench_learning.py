@@ -81,15 +81,28 @@ _FP32_NAMES = {"fc1.w": "fc1.weight", "fc1.b": "fc1.bias", "fc2.w": "fc2.weight"
                "lstm.w_hh": "lstm.weight_hh", "lstm.b_ih": "lstm.bias_ih", "lstm.b_hh": "lstm.bias_hh"}
 
 
-def fp32_actor(path: str) -> dict[str, np.ndarray]:
-    """The same checkpoint's actor without quantizers: its latent fp32 weights, in the export's
-    layout with no scales, so sacbot.policy runs it as a float network."""
+def fp32_actor(path: str, clip: bool = True) -> dict[str, np.ndarray]:
+    """The same checkpoint's actor in fp32: its latent float weights, no rounding.
+
+    With ``clip`` (the fair comparison) each layer's input is still clipped to the range the
+    quantizer learned, as a float: the range stays, the grid gets 2**12 times finer.  The QAT
+    actor learns to rely on that clip (on Pendulum-P, 28% of fc2's inputs lay outside it), so
+    without it the float net is another function.  Without ``clip``: the bare float weights."""
     from sacbot import checkpoint as ck
 
     arrays = ck.read_checkpoint(path, entries=("model", "actor"))["arrays"]
     out = {k: np.asarray(arrays["actor." + v], np.float32) for k, v in _FP32_NAMES.items()}
     out["meta.sizes"] = arrays["export.meta.sizes"]
     out["meta.quantized"] = np.array(False)
+    if clip:
+        fine = 2**12
+        for layer in ("fc1", "lstm", "fc2", "head"):
+            if f"export.{layer}.x_scale" in arrays:
+                out[f"{layer}.x_scale"] = np.float32(arrays[f"export.{layer}.x_scale"] / fine)
+                out[f"{layer}.x_range"] = arrays[f"export.{layer}.x_range"] * fine
+        for k in _FP32_NAMES:  # float weights: unit scales (sacbot.policy multiplies by them)
+            if f"export.{k}_scale" in arrays:
+                out[f"{k}_scale"] = np.ones_like(arrays[f"export.{k}_scale"])
     return out
 
 
@@ -119,7 +132,10 @@ def sacbot_curve(a, env_id: str, seed: int, memoryless: bool) -> dict:
         curve.append((env_steps, evaluate_actor(int8_actor(path), env_id, a.episodes, seed, memoryless)))
     out = {"curve": curve, "weights": wdir}
     if a.int8_vs_fp32 and steps:
-        out["fp32_final"] = evaluate_actor(fp32_actor(steps[-1][1]), env_id, a.episodes, seed, memoryless)
+        last = steps[-1][1]
+        out["fp32_final"] = evaluate_actor(fp32_actor(last), env_id, a.episodes, seed, memoryless)
+        out["fp32_noclip_final"] = evaluate_actor(fp32_actor(last, clip=False), env_id, a.episodes, seed,
+                                                  memoryless)
     return out
 
 
@@ -200,9 +216,10 @@ def summary(res: dict) -> dict:
         if not finals:
             continue
         out[v] = {"final": finals, "mean": statistics.fmean(finals), "median": statistics.median(finals)}
-        fp = [r["fp32_final"] for r in seeds.values() if "fp32_final" in r]
-        if fp:
-            out[v]["fp32_final"] = fp
+        for key in ("fp32_final", "fp32_noclip_final"):
+            fp = [r[key] for r in seeds.values() if key in r]
+            if fp:
+                out[v][key] = fp
     return out
 
 

@@ -21,7 +21,8 @@ control against each opponent (issue 15: the radar duel, where memory is needed)
         --steps 40000 --save-every 2500 --episodes 20 --random sitting_duck tracker
 
 ``--fp32`` also evaluates each run's last checkpoint with its fp32 actor (the QAT actor's float
-weights, no quantizers) beside the int8 actor acting runs.
+weights, inputs clipped to the learned ranges, no rounding) and with the bare float weights,
+beside the int8 actor acting runs.
 """
 
 from __future__ import annotations
@@ -64,10 +65,13 @@ def play(env: gym.Env, act, episodes: int) -> dict:
             "win_rate_by_opponent": by_opp}
 
 
-def actor_fn(path: str, fp32: bool = False):
+def actor_fn(path: str, kind: str = "int8"):
+    """kind: int8 (as deployed), fp32 (float weights, inputs clipped to the learned ranges) or
+    fp32-noclip (the bare float weights); see tools/bench_learning.py, fp32_actor."""
     from tools.bench_learning import fp32_actor
 
-    params = policy.build_params(fp32_actor(path) if fp32 else ck.load_actor(path))
+    arrays = ck.load_actor(path) if kind == "int8" else fp32_actor(path, clip=kind == "fp32")
+    params = policy.build_params(arrays)
     cfg = ck.read_checkpoint(path, entries=("actor",))["manifest"]["config"]
 
     def act(obs, state):
@@ -104,14 +108,14 @@ def evaluate_run(name: str, wdir: str, a) -> list[dict]:
     curve = []
     steps = ck.step_files(wdir)
     for k, (_, path) in enumerate(steps):
-        for fp32 in (False, True) if a.fp32 and k == len(steps) - 1 else (False,):
-            act, cfg = actor_fn(path, fp32)
+        for kind in ("int8", "fp32", "fp32-noclip") if a.fp32 and k == len(steps) - 1 else ("int8",):
+            act, cfg = actor_fn(path, kind)
             env = gym.make(cfg["env"], **json.loads(cfg.get("env_kwargs") or "{}"))
             r = play(env, act, a.episodes)
             man = ck.read_checkpoint(path, entries=("actor",))["manifest"]
             r.update(run=name, env_steps=int(man["env_steps"]), grad_steps=int(man["step"]),
                      env_kwargs=cfg.get("env_kwargs"), memoryless=bool(cfg.get("memoryless")),
-                     actor="fp32" if fp32 else "int8")
+                     actor=kind)
             print(json.dumps(r), flush=True)
             curve.append(r)
     return curve
