@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import threading
 import time
 import traceback
@@ -266,6 +267,7 @@ class LearnerLoop:
     def status(self) -> dict:
         """The plain status the acting side shows; computed here, from the learner's objects."""
         st: dict = {"learner_alive": self.error is None, "learner_error": self.error, "processed": self.processed,
+                    "learner_pid": os.getpid(),
                     "policy_version_published": self.version, "last_error": self.error or self.last_save_error,
                     "last_save": self.last_save, "saves": self.saves, "save_errors": self.save_errors,
                     "torch_threads": self.torch_threads, "grad_steps_per_s": round(self.steps_per_s, 2)}

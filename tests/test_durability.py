@@ -206,7 +206,8 @@ def _limit_file_size(nbytes):
 @pytest.mark.timeout(120)
 def test_a_failed_final_save_exits_3_and_says_so(tmp_path, learner_kind):
     """A full disk (RLIMIT_FSIZE) used to end in 'final checkpoint: none' and exit 0."""
-    args = ["run", "--learner", learner_kind, "--env", "Pendulum-v1", "--steps", "250", "--pace", "lockstep", "--learning-starts", "50",
+    args = ["run", "--learner", learner_kind, "--env", "Pendulum-v1", "--steps", "250", "--pace", "lockstep",
+            "--learning-starts", "50",
             "--run-dir", str(tmp_path / "run"), "--weights-path", str(tmp_path / "w"), "--quiet"]
     p = subprocess.run(SACBOT + args, capture_output=True, text=True, timeout=100,
                        preexec_fn=_limit_file_size(200_000))
@@ -229,8 +230,8 @@ def test_sigterm_closes_promptly_in_every_pace_with_a_final_save(tmp_path, pace,
     """At 0.05 ticks/s SIGTERM used to wait out the tick's 20 s sleep; lockstep finished its
     episode first (19 s with TankDuel at UTD 4)."""
     extra = ["--tps", "0.05"] if pace == "realtime" else ["--utd-ratio", "4", "--learning-starts", "20"]
-    args = ["run", "--learner", learner_kind, "--env", "Pendulum-v1", "--pace", pace, *extra, "--run-dir", str(tmp_path / "run"),
-            "--weights-path", str(tmp_path / "w"), "--quiet"]
+    args = ["run", "--learner", learner_kind, "--env", "Pendulum-v1", "--pace", pace, *extra,
+            "--run-dir", str(tmp_path / "run"), "--weights-path", str(tmp_path / "w"), "--quiet"]
     p = subprocess.Popen(SACBOT + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     watch = StderrWatcher(p)
     try:

@@ -1,0 +1,116 @@
+"""The learner boundary (issue 12): torch-free acting, and the process learner's faults."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import StderrWatcher
+
+from sacbot.checkpoint import read_checkpoint
+
+pytestmark = pytest.mark.timeout(180)
+SACBOT = [sys.executable, "-m", "sacbot"]
+ACTING_SIDE = ("agent", "policy", "messages", "channels", "snapshot", "checkpoint", "config", "driver",
+               "learner", "assemble", "process_learner", "envcheck")
+
+
+def test_the_acting_side_imports_no_torch():
+    code = ("import sys\n"
+            + "".join(f"import sacbot.{m}\n" for m in ACTING_SIDE)
+            + "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
+
+
+def test_eval_plays_the_pretrained_bot_with_torch_unimportable(tmp_path):
+    """A stub `torch` earlier on sys.path raises ImportError: eval must never need it."""
+    stub = tmp_path / "stub" / "torch"
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text('raise ImportError("torch is unimportable in this test")\n')
+    cwd = tmp_path / "empty"
+    cwd.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "stub")}
+    p = subprocess.run(SACBOT + ["eval", "--episodes", "1", "--json"], capture_output=True, text=True,
+                       timeout=120, cwd=cwd, env=env)
+    assert p.returncode == 0, p.stderr
+    summary = json.loads(p.stdout)
+    assert summary["episodes"] == 1 and summary["checkpoint"].endswith("tankduel.zip")
+    written = sorted(str(f.relative_to(cwd)) for f in cwd.rglob("*") if f.is_file())
+    assert written == ["runs/default/status.json"]  # the heartbeat only: no weights, no logs
+
+
+def _status(run_dir):
+    with open(os.path.join(run_dir, "status.json")) as fh:
+        return json.load(fh)
+
+
+def _wait(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if predicate():
+                return
+        except (OSError, ValueError, KeyError):
+            pass  # the file is being replaced, or not written yet
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)  # polling files the child writes: its own output is the signal
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _start(tmp_path, *extra):
+    args = ["run", "--learner", "process", "--env", "Pendulum-v1", "--pace", "realtime", "--tps", "200",
+            "--learning-starts", "50", "--save-interval", "50", "--run-dir", str(tmp_path / "run"),
+            "--weights-path", str(tmp_path / "w"), "--quiet", *extra]
+    p = subprocess.Popen(SACBOT + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return p, StderrWatcher(p)
+
+
+def test_a_killed_learner_process_leaves_the_bot_acting_reported_and_exiting_non_zero(tmp_path):
+    p, watch = _start(tmp_path)
+    run = str(tmp_path / "run")
+    try:
+        _wait(lambda: _status(run).get("last_save"), 90, "a periodic save")
+        st = _status(run)
+        learner_pid = st["learner_pid"]
+        assert learner_pid != p.pid and st["learner"] == "process"
+        ticks = st["ticks"]
+        os.kill(learner_pid, signal.SIGKILL)
+        p.wait(timeout=60)
+    finally:
+        p.kill()
+    err = watch.rest(5)
+    assert p.returncode == 1, err
+    assert "learner process exited with code -9" in err and "Traceback" not in err
+    st = _status(run)
+    assert not st["learner_alive"] and "code -9" in st["last_error"] and st["ticks"] > ticks
+    read_checkpoint(str(tmp_path / "w" / "sac_latest.zip"))  # the last periodic save loads
+
+
+def test_a_killed_bot_leaves_no_orphan_learner_and_its_work_is_saved(tmp_path):
+    p, watch = _start(tmp_path)
+    run = str(tmp_path / "run")
+    try:
+        _wait(lambda: _status(run)["learner_steps"] > 0, 90, "training to start")
+        learner_pid = _status(run)["learner_pid"]
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=10)
+        _wait(lambda: not _alive(learner_pid), 60, f"the learner {learner_pid} to exit")
+    finally:
+        p.kill()
+    ck = read_checkpoint(str(tmp_path / "w" / "sac_latest.zip"))  # its final save on the way out
+    assert ck["meta"]["env_steps"] >= 50
