@@ -21,8 +21,8 @@ In eval mode (``cfg.eval_mode``) actions are deterministic and nothing is sent o
 from __future__ import annotations
 
 import json
+import logging
 import os
-import sys
 import threading
 import time
 from collections import defaultdict, deque
@@ -36,6 +36,11 @@ from .config import Config
 from .files import append_jsonl
 from .liveness import Heartbeat, RoundCounter
 from .messages import MessageError, NewEpisode, Transition, check_flag, check_reward, check_vector
+
+
+def _log_line(message: str) -> None:
+    """The default ``log`` of an Agent: the "sacbot" logger (the CLI configures it)."""
+    logging.getLogger("sacbot").info(message.removeprefix("sacbot: "))
 
 
 class AgentError(AssembleError):
@@ -57,7 +62,7 @@ def space_dims(obs_space: gym.Space, action_space: gym.Space) -> tuple[int, int]
 class Agent:
     def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, *, log=None):
         self.cfg = cfg
-        self.log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+        self.log = log or _log_line
         self.obs_dim, self.act_dim = space_dims(obs_space, action_space)
         self.obs_shape = obs_space.shape
         self._low = action_space.low.astype(np.float32)

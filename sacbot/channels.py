@@ -76,10 +76,6 @@ class SaveSlot:
 
     def __init__(self):
         self._q: queue.Queue = queue.Queue(maxsize=1)
-        self.dropped = 0
-        # {replay chunk index: generation} the writer holds encoded; the writer replaces the
-        # whole dict (never mutates it), so the training thread may read it without a lock.
-        self.held: dict[int, int] = {}
 
     def has_room(self) -> bool:
         return not self._q.full()
@@ -89,8 +85,7 @@ class SaveSlot:
             self._q.put_nowait(item)
             return True
         except queue.Full:
-            self.dropped += 1
-            return False
+            return False  # the caller counts it (TrainingState.save_offers_dropped)
 
     def put_final(self, item, timeout: float | None = None) -> None:
         self._q.put(item, timeout=timeout)

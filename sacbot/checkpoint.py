@@ -53,10 +53,10 @@ import glob
 import hashlib
 import io
 import json
+import logging
 import os
 import re
 import shutil
-import sys
 import threading
 import time
 import zipfile
@@ -67,6 +67,7 @@ from typing import BinaryIO
 import numpy as np
 import zstandard
 
+from .files import append_jsonl
 from .messages import MessageError, pack, unpack
 
 FORMAT = "sacbot-checkpoint"
@@ -233,9 +234,11 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
     atomic_write(path, lambda fh: fh.write(data))
 
 
-def atomic_write_text(path: str, text: str, encoding: str = "utf-8") -> None:
-    """``atomic_write_bytes`` of ``text``; the directory must exist."""
-    atomic_write_bytes(path, text.encode(encoding))
+def atomic_write_text(path: str, text: str, encoding: str = "utf-8", durable: bool = True) -> None:
+    """``atomic_write`` of ``text``; the directory must exist.  ``durable=False`` skips the fsyncs:
+    still never torn for a reader, but a power cut may bring back the previous version."""
+    data = text.encode(encoding)
+    atomic_write(path, lambda fh: fh.write(data), durable=durable)
 
 
 def temp_path(path: str) -> str:
@@ -246,16 +249,19 @@ def temp_path(path: str) -> str:
     return os.path.join(d, f"{TMP_PREFIX}{os.getpid()}-{threading.get_native_id()}-{os.path.basename(path)}")
 
 
-def atomic_write(path: str, write: Callable[[BinaryIO], object]) -> None:
+def atomic_write(path: str, write: Callable[[BinaryIO], object], durable: bool = True) -> None:
     """THE atomic write (issue 12): ``write(fh)`` into a temp file in the same directory, flush,
-    fsync, os.replace, fsync the directory: a crash leaves the old file or the new one, never a mix."""
+    fsync, os.replace, fsync the directory: a crash leaves the old file or the new one, never a mix.
+    ``durable=False`` leaves out both fsyncs (for the once-a-second heartbeat, written on the acting
+    thread, where an fsync could stall a tick and an older heartbeat after a power cut is harmless)."""
     d = os.path.dirname(os.path.abspath(path))
     tmp = temp_path(path)
     try:
         with open(tmp, "wb") as fh:
             write(fh)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -263,7 +269,8 @@ def atomic_write(path: str, write: Callable[[BinaryIO], object]) -> None:
         except OSError:
             pass
         raise
-    _fsync_dir(d)
+    if durable:
+        _fsync_dir(d)
 
 
 class ReplayChunkCache:
@@ -500,11 +507,8 @@ def remove_stale_temps(directory: str) -> list[str]:
 
 
 def append_receipt(directory: str, record: dict) -> None:
-    try:
-        with open(os.path.join(directory, "saves.jsonl"), "a") as fh:
-            fh.write(json.dumps(record) + "\n")
-    except OSError:
-        pass  # a receipt must never turn a good save into a failure
+    """One line of saves.jsonl; a failure never turns a good save into a failure."""
+    append_jsonl(os.path.join(directory, "saves.jsonl"), record)
 
 
 # --- loading -------------------------------------------------------------------------
@@ -613,7 +617,7 @@ def _read_checkpoint(path: str, entries: tuple[str, ...] | None, cap_arg: int | 
         _check_declared(path, by_name, declared, cap)
         for n in by_name:
             if n != "manifest.json" and n not in declared:
-                print(f"sacbot: warning: {path}: ignoring unknown entry {n!r}", file=sys.stderr)
+                logging.getLogger("sacbot").warning("%s: ignoring unknown entry %r", path, n)
         kinds = entries or ENTRIES
         want = [_entry_name(k) for k in kinds if k != "replay"]
         chunks = sorted(n for n in declared if CHUNK_RE.match(n))

@@ -10,14 +10,12 @@ import json
 import os
 import time
 
+from .checkpoint import atomic_write_text
 
-def atomic_write_text(path: str, text: str) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    tmp = os.path.join(d, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+
+def _write(path: str, text: str, durable: bool) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    atomic_write_text(path, text, durable=durable)
 
 
 class RoundCounter:
@@ -30,7 +28,7 @@ class RoundCounter:
     def bump(self) -> int:
         self.value += 1
         try:
-            atomic_write_text(self.path, f"{self.value}\n")
+            _write(self.path, f"{self.value}\n", durable=True)  # it must continue after a restart
         except OSError:
             pass  # a runner sees a stale counter and acts; the bot must not die of it
         return self.value
@@ -50,7 +48,6 @@ class Heartbeat:
     def __init__(self, path: str, interval: float = 1.0):
         self.path, self.interval = path, interval
         self._last = 0.0
-        self.failures = 0
 
     def maybe_write(self, make_status, force: bool = False) -> bool:
         now = time.monotonic()
@@ -58,11 +55,10 @@ class Heartbeat:
             return False
         self._last = now
         try:
-            atomic_write_text(self.path, json.dumps(make_status(), indent=1, default=str))
+            _write(self.path, json.dumps(make_status(), indent=1, default=str), durable=False)
             return True
         except (OSError, TypeError, ValueError):
-            self.failures += 1
-            return False
+            return False  # a runner sees a stale heartbeat and acts; the bot must not die of it
 
 
 def read_status(path: str) -> dict | None:

@@ -21,7 +21,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # the same soft clamp as sacbot/sac.py
+# The log-std soft clamp of the actor's head, for the learner (sacbot/sac.py imports it) and here.
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
 class Linear(NamedTuple):

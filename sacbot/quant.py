@@ -37,6 +37,10 @@ import torch.nn.functional as F
 
 # Phases, stored as an int buffer so they travel with the learner state.
 OFF, CALIBRATING, QUANTIZING = 0, 1, 2
+# What status and metrics say: "off" is a plain fp32 actor; "calibrating" observes each layer's
+# input range in fp32 for the first calib_updates updates; "training" is quantization-aware
+# training: every forward pass quantizes and dequantizes weights and inputs, and the scales are
+# learned with LSQ, so the int8 export computes what the learner's actor computes.
 PHASE_NAMES = {OFF: "off", CALIBRATING: "calibrating", QUANTIZING: "training"}
 
 # log-scale floor: exp(-20) ~ 2e-9 keeps every scale strictly positive and x/s finite,

@@ -37,6 +37,7 @@ import sys
 import time
 
 from .checkpoint import LATEST, atomic_write_bytes
+from .files import append_jsonl
 from .liveness import read_round_counter, read_status
 
 POLL_S = 0.5
@@ -122,8 +123,7 @@ class Runner:
 
     def event(self, kind: str, bot: Bot | None = None, **kw) -> None:
         rec = {"time": time.time(), "event": kind, **({"bot": bot.i} if bot else {}), **kw}
-        with open(self.events_path, "a") as fh:
-            fh.write(json.dumps(rec) + "\n")
+        append_jsonl(self.events_path, rec)
         if not self.a.quiet:
             print(f"runner: {kind}" + (f" bot{bot.i}" if bot else "") + (f" {kw}" if kw else ""),
                   file=sys.stderr, flush=True)
@@ -273,8 +273,7 @@ class Runner:
             self.event("eval_failed", b, code=p.returncode)
             return
         rec = {"time": time.time(), "rounds": b.eval_round, **res}
-        with open(os.path.join(b.run_dir, "evals.jsonl"), "a") as fh:
-            fh.write(json.dumps(rec) + "\n")
+        append_jsonl(os.path.join(b.run_dir, "evals.jsonl"), rec)
         mean = res.get("mean_return")
         if mean is not None and (b.best is None or mean > b.best):
             b.best = mean

@@ -22,8 +22,8 @@ quantizing the critics would add noise and cost for nothing.
 
 from __future__ import annotations
 
+import logging
 import math
-import warnings
 
 import numpy as np
 import torch
@@ -31,11 +31,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import Config, ConfigError
+from .policy import LOG_STD_MAX, LOG_STD_MIN
 from .quant import OFF, PHASE_NAMES, QLSTM, QUANTIZING, QLinear
 from .replay import SequenceBatch
 
 # CleanRL's soft clamp of the log-std: a hard clamp would zero its gradient.
-LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 FC_HIDDEN = 128  # fc2 width (SPEC section 10)
 
 
@@ -231,7 +231,7 @@ class SACLSTMLearner:
             torch._foreach_lerp_(self._target_params, self._critic_params, cfg.tau)
 
         self.updates += 1
-        if self.updates == cfg.calib_updates and self.quant_phase == "calibrating":
+        if self.updates >= cfg.calib_updates and self.quant_phase == "calibrating":
             self._finish_calibration()
         with torch.no_grad():
             q_mean = (q.mean(0) * mask).sum() / n
@@ -333,9 +333,9 @@ class SACLSTMLearner:
             # learner resumed on another kind of device draws other noise from here on.
             # Reseed from the seed and the update count, so that resuming stays reproducible.
             self.gen.manual_seed(self.cfg.seed + 1 + int(meta["updates"]))
-            warnings.warn(f"the saved action-noise generator is for another kind of device than "
-                          f"{self.device}; reseeded it, so this run's noise differs from the saved run's",
-                          stacklevel=2)
+            logging.getLogger("sacbot").warning(
+                "the saved action-noise generator is for another kind of device than %s; reseeded it, so "
+                "this run's noise differs from the saved run's", self.device)
         self.updates = int(meta["updates"])
 
     def _optimizers(self):
@@ -343,8 +343,6 @@ class SACLSTMLearner:
                 ("critic", self.opt_critic, self._critic_params),
                 ("alpha", self.opt_alpha, [self.log_alpha]))
 
-    def torch_threads(self) -> int:
-        return torch.get_num_threads()
 
 
 def resolve_device(name: str) -> torch.device:

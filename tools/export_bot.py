@@ -38,8 +38,8 @@ def main() -> int:
         r = ck.write_checkpoint(d, {"arrays": arrays, "meta": meta}, keep_last=0,
                                 config=m.get("config"), spaces=m.get("spaces"))
         os.makedirs(os.path.dirname(os.path.abspath(a.dst)), exist_ok=True)
-        shutil.copyfile(os.path.join(d, ck.LATEST), a.dst + ".part")
-    os.replace(a.dst + ".part", a.dst)
+        with open(os.path.join(d, ck.LATEST), "rb") as src:  # the one atomic write, fsync included
+            ck.atomic_write(a.dst, lambda fh: shutil.copyfileobj(src, fh, 1 << 20))
     ck.read_checkpoint(a.dst)  # verify what was written
     print(f"{a.dst}: {r.bytes:,} bytes, step {r.step}, env steps {m.get('env_steps')} (from {a.src})")
     return 0
