@@ -60,7 +60,9 @@ def space_dims(obs_space: gym.Space, action_space: gym.Space) -> tuple[int, int]
 
 
 class Agent:
-    def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, *, log=None):
+    def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, *, log=None, learner=None):
+        """``learner``: an already running learner to feed (a bot of a Ray cluster feeds the shared
+        one); by default the bot assembles its own (sacbot.assemble)."""
         self.cfg = cfg
         self.log = log or _log_line
         self.obs_dim, self.act_dim = space_dims(obs_space, action_space)
@@ -100,7 +102,7 @@ class Agent:
         spaces = {"obs_dim": self.obs_dim, "act_dim": self.act_dim, "obs_shape": list(self.obs_shape),
                   "action_low": self._low.tolist(), "action_high": (self._low + 2 * self._half).tolist()}
         try:
-            start = assemble(cfg, self.obs_dim, self.act_dim, spaces, self.log)
+            start = assemble(cfg, self.obs_dim, self.act_dim, spaces, self.log, learner=learner)
         except AssembleError as e:
             raise AgentError(str(e)) from None
         # All the Agent keeps of the learning side: the boundary handle and what it last pulled.

@@ -60,8 +60,26 @@ def _mismatch(cfg: Config, e: Exception) -> ConfigError:
                        f"for a new bot, pass another --weights-path. Nothing in {cfg.weights_dir!r} was changed.")
 
 
-def assemble(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log: Callable[[str], None]) -> Start:
-    return _eval(cfg, obs_dim, act_dim, log) if cfg.eval_mode else _train(cfg, obs_dim, act_dim, spaces, log)
+def assemble(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log: Callable[[str], None],
+             learner=None) -> Start:
+    if cfg.eval_mode:
+        return _eval(cfg, obs_dim, act_dim, log)
+    if learner is not None:
+        return _attach(cfg, learner)
+    return _train(cfg, obs_dim, act_dim, spaces, log)
+
+
+def _attach(cfg: Config, learner) -> Start:
+    """A bot that feeds a learner someone else runs (and saves): it writes no weights, takes no
+    lock, and starts from the learner's newest actor."""
+    if not learner.wait_ready(timeout=300.0):
+        raise AssembleError(f"the learner did not publish an actor in 300 s ({learner.status().get('last_error')})")
+    got = learner.pull(0)
+    assert got is not None
+    version, arrays = got
+    st = learner.status()
+    return Start({k: v.copy() for k, v in arrays.items()}, version, None, learner,
+                 env_steps=int(st.get("env_steps_received", 0)))
 
 
 # --- eval ------------------------------------------------------------------------------------

@@ -31,6 +31,21 @@ def _parser() -> argparse.ArgumentParser:
         add_arguments(sp)
         if name == "eval":
             sp.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    sp = sub.add_parser("cluster", help="N bots on Ray feeding one learner (needs the ray extra)",
+                        description="N bots on Ray feeding one learner: a local Ray instance of its own, "
+                                    "or a running cluster with --address. Needs: pip install 'sacbot[ray]'.")
+    sp.add_argument("--config", metavar="TOML", help="TOML config file (env SACBOT_CONFIG)")
+    g = sp.add_argument_group("cluster")
+    g.add_argument("--bots", type=int, default=2, help="bot actors to run (default 2)")
+    g.add_argument("--address", default=None, help="join this Ray cluster (e.g. auto, or HOST:PORT) instead of "
+                                                   "starting a local one")
+    g.add_argument("--root", default="runs/cluster", help="directory of the cluster's status and the bots' files")
+    g.add_argument("--learner-cpus", type=float, default=1.0, help="CPUs reserved for the learner actor")
+    g.add_argument("--learner-gpus", type=float, default=0.0, help="GPUs for the learner (with --device cuda)")
+    g.add_argument("--bot-cpus", type=float, default=1.0, help="CPUs reserved for each bot actor")
+    g.add_argument("--freeze-timeout", type=float, default=0.0,
+                   help="restart a bot whose round counter has not moved for this many seconds (0: off)")
+    add_arguments(sp)
     sp = sub.add_parser("inspect", help="verify a checkpoint and summarise its manifest")
     sp.add_argument("file")
     sub.add_parser("runner", help="launch N bots and restart frozen ones (sacbot runner --help)", add_help=False)
@@ -150,6 +165,17 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def cmd_cluster(args) -> int:
+    from .cluster import ClusterArgs, run_cluster
+
+    cfg = from_args(args)
+    a = ClusterArgs(bots=args.bots, address=args.address, root=args.root, learner_cpus=args.learner_cpus,
+                    learner_gpus=args.learner_gpus, bot_cpus=args.bot_cpus, freeze_timeout=args.freeze_timeout)
+    stop = threading.Event()
+    _Signals(stop).install()
+    return run_cluster(cfg, a, stop)
+
+
 def cmd_status(args) -> int:
     from .status import print_status
 
@@ -199,6 +225,8 @@ def _main(argv: list[str]) -> int:
     try:
         if args.cmd in ("run", "eval"):
             return cmd_run(args, args.cmd == "eval")
+        if args.cmd == "cluster":
+            return cmd_cluster(args)
         if args.cmd == "inspect":
             return cmd_inspect(args)
         return cmd_status(args)

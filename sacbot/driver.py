@@ -55,11 +55,12 @@ def _each_opponent_done(env: gym.Env, agent: Agent, n: int) -> bool:
     return all(len(agent.results.get(str(o), [])) >= n for o in names)
 
 
-def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None) -> dict:
-    """Play until --steps, --episodes or ``stop``; close the agent (final save); report."""
+def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None, learner=None) -> dict:
+    """Play until --steps, --episodes or ``stop``; close the agent (final save); report.
+    ``learner``: a learner handle to feed instead of one of the bot's own (a shared Ray learner)."""
     stop = stop or threading.Event()
     env = make_env(cfg.env, kwargs=cfg.env_kwargs_dict())
-    agent = Agent(cfg, env.observation_space, env.action_space, log=agent_log)
+    agent = Agent(cfg, env.observation_space, env.action_space, log=agent_log, learner=learner)
     progress = Progress(not cfg.quiet, cfg.steps or None)
     period = 1.0 / cfg.tps
     misses = ticks = 0

@@ -94,8 +94,8 @@ class LearnerLink:
         self.sent = 0  # transitions accepted by the queue
 
     # --- learner side ---------------------------------------------------------------------
-    def publish(self, arrays: dict[str, np.ndarray]) -> int:
-        return self.snapshot.publish(arrays)
+    def publish(self, arrays: dict[str, np.ndarray], version: int | None = None) -> int:
+        return self.snapshot.publish(arrays, version)
 
     def push_status(self, status: dict) -> None:
         """Replace the status (a new dict each time: readers hold no lock while using it)."""

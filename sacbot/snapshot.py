@@ -56,7 +56,9 @@ class WeightSnapshot:
     def version(self) -> int:
         return self._version  # an int read is atomic; a stale read only delays a pull
 
-    def publish(self, arrays: dict[str, np.ndarray]) -> int:
+    def publish(self, arrays: dict[str, np.ndarray], version: int | None = None) -> int:
+        """Write ``arrays`` and bump the version (or set it: a relay of a remote learner keeps the
+        learner's numbering, so policy lag compares like with like)."""
         layout = _layout(arrays)
         if layout != self._layout or len(self._staging) != _size(layout):
             self._staging = np.zeros(_size(layout), np.uint8)
@@ -68,7 +70,7 @@ class WeightSnapshot:
                 self._buf, self._layout = self._staging.copy(), layout
             else:
                 np.copyto(self._buf, self._staging)
-            self._version += 1
+            self._version = self._version + 1 if version is None else int(version)
             version = self._version
             self.last_publish_hold_s = time.perf_counter() - t0
         return version

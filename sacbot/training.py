@@ -73,7 +73,7 @@ class TrainingState:
     passes: int = 0  # training passes run (the metrics line's "epoch")
     episodes: int = 0
     utd_carry: float = 0.0
-    opponent: str | None = None
+    opponent: dict[int, str] = field(default_factory=dict)  # source -> its last opponent
     pending: int = 0  # transitions handled since the last pass
     save_offers_dropped: int = 0
     losses: dict = field(default_factory=dict)
@@ -92,7 +92,7 @@ class TrainingState:
         arrays.update({f"export.{k}": v for k, v in self.learner.export_actor().items()})
         meta = {"grad_steps": self.grad_steps, "env_steps": self.env_steps, "passes": self.passes,
                 "episodes": self.episodes, "utd_carry": self.utd_carry,
-                "opponent": self.opponent, "learner": lmeta,
+                "opponents": [[k, v] for k, v in sorted(self.opponent.items())], "learner": lmeta,
                 "rng_numpy": json.dumps(self.rng.bit_generator.state)}
         out = {"arrays": arrays, "meta": meta}
         if with_replay:
@@ -104,25 +104,29 @@ class TrainingState:
         self.grad_steps, self.env_steps = int(meta["grad_steps"]), int(meta["env_steps"])
         self.episodes, self.utd_carry = int(meta["episodes"]), float(meta["utd_carry"])
         self.passes = int(meta.get("passes", 0))  # older checkpoints did not count them
-        self.opponent = meta.get("opponent")
+        if "opponents" in meta:  # msgpack keys must be strings: saved as [source, opponent] pairs
+            self.opponent = {int(k): v for k, v in meta["opponents"]}
+        else:  # one bot's checkpoint: its opponent is source 0's
+            self.opponent = {} if meta.get("opponent") is None else {0: meta["opponent"]}
         self.rng.bit_generator.state = json.loads(meta["rng_numpy"])
         if "replay" in meta:
             self.replay.load(arrays, meta["replay"])
 
 
-def handle_message(state: TrainingState, msg) -> bool:
-    """Apply one message.  Returns True for Shutdown."""
+def handle_message(state: TrainingState, msg, source: int = 0) -> bool:
+    """Apply one message of bot ``source``.  Returns True for Shutdown."""
     if isinstance(msg, Transition):
-        state.replay.add(msg.obs, msg.action, msg.reward, msg.next_obs, msg.terminated, msg.truncated)
+        state.replay.add(msg.obs, msg.action, msg.reward, msg.next_obs, msg.terminated, msg.truncated, source)
         state.env_steps += 1
         state.pending += 1
     elif isinstance(msg, NewEpisode):
-        state.replay.start_episode()
-        if (state.opponent is not None and msg.opponent != state.opponent
-                and state.cfg.opponent_policy == "clear"):
-            # Experience against another opponent would mislead the critic (SPEC 2).
-            state.replay.clear()
-        state.opponent = msg.opponent
+        state.replay.start_episode(source)
+        last = state.opponent.get(source)
+        if last is not None and msg.opponent != last and state.cfg.opponent_policy == "clear":
+            # Experience against another opponent would mislead the critic (SPEC 2); only this
+            # source's: the other bots' rows were collected against their own opponents.
+            state.replay.clear(source)
+        state.opponent[source] = msg.opponent
         state.episodes += 1
     elif isinstance(msg, Shutdown):
         return True
@@ -302,12 +306,14 @@ class LearnerLoop:
                 if self._collect_io():
                     self.push_status(self.status())  # a save finished while no data came
                 continue
-            msgs = [msg] + self.inbox.drain()
-            shutdown = next((m for m in msgs if isinstance(m, Shutdown)), None)
-            if shutdown is not None:  # what came before it goes in; nothing after it is sent
-                msgs = msgs[:msgs.index(shutdown)]
-            for m in msgs:
-                handle_message(self.state, m)
+            # An item is a Message (source 0) or a (source, Message) pair from a many-bot learner.
+            items = [m if isinstance(m, tuple) else (0, m) for m in [msg] + self.inbox.drain()]
+            end = next((i for i, (_, m) in enumerate(items) if isinstance(m, Shutdown)), None)
+            shutdown = None if end is None else items[end][1]
+            if end is not None:  # what came before it goes in; nothing after it is sent
+                items = items[:end]
+            for source, m in items:
+                handle_message(self.state, m, source)
             if shutdown is not None:
                 self.state.pending = 0  # queued transitions go into the buffer untrained (SPEC 6)
                 return shutdown.acting_rng or None
@@ -378,6 +384,7 @@ class LearnerLoop:
         while not self.stop.is_set():
             msg = self.inbox.recv(timeout=0.1)
             for m in ([msg] + self.inbox.drain()) if msg is not None else []:
+                m = m[1] if isinstance(m, tuple) else m  # (source, message) from a many-bot learner
                 if isinstance(m, Shutdown):
                     return m.acting_rng or None
         return None

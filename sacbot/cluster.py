@@ -1,0 +1,217 @@
+"""``sacbot cluster``: N bots on Ray feeding one learner, with one progress line and one status.
+
+    sacbot cluster --bots 4 --steps 50000                 # a local Ray instance of its own
+    sacbot cluster --bots 4 --address auto                # join a running cluster
+    sacbot status runs/cluster                            # the cluster's heartbeat
+
+Files: ``ROOT/status.json`` (the cluster heartbeat, once a second), ``ROOT/bot<i>/run/`` (each bot's
+status.json and episodes.jsonl), ``ROOT/bot<i>/round_counter.txt`` (each bot's liveness),
+``ROOT/learner/training_metrics.jsonl``, and the checkpoints in ``--weights-path``, written by the
+learner alone.  SIGINT/SIGTERM stops every bot, then the learner makes its final save.
+A bot whose round counter stops moving for ``--freeze-timeout`` s is killed and Ray restarts it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import threading
+import time
+
+from .config import Config, ConfigError
+from .learner import LearnerSpec
+from .liveness import Heartbeat, read_round_counter
+from .ray_cluster import NAMESPACE, bot_actor, learner_actor, require_ray
+
+log = logging.getLogger("sacbot")
+POLL_S = 0.5
+
+
+@dataclasses.dataclass
+class ClusterArgs:
+    bots: int = 2
+    address: str | None = None  # None: start a local Ray instance
+    root: str = "runs/cluster"
+    learner_cpus: float = 1.0
+    learner_gpus: float = 0.0
+    bot_cpus: float = 1.0
+    freeze_timeout: float = 0.0  # 0: off
+
+
+def bot_config(cfg: Config, i: int, root: str) -> Config:
+    """Bot ``i``'s settings: its own seed and files; quiet (the cluster draws the one progress line)."""
+    d = os.path.join(root, f"bot{i}")
+    # A training bot writes no weights: its "weights path" only places its round counter.  An eval
+    # bot reads the learner's checkpoints (and writes nothing).
+    return dataclasses.replace(cfg, seed=cfg.seed + 1000 * i, run_dir=os.path.join(d, "run"),
+                               weights_path=os.path.abspath(cfg.weights_path) if cfg.eval_mode else d,
+                               quiet=True, tensorboard="")
+
+
+def check(cfg: Config, a: ClusterArgs) -> None:
+    if a.bots < 1:
+        raise ConfigError(f"--bots = {a.bots} is not accepted: expected an integer >= 1")
+    if cfg.pace == "lockstep":
+        raise ConfigError("pace = 'lockstep' is not accepted by sacbot cluster: bots never wait on a shared "
+                          "learner; use free or realtime")
+    for name in ("learner_cpus", "learner_gpus", "bot_cpus", "freeze_timeout"):
+        if getattr(a, name) < 0:
+            raise ConfigError(f"--{name.replace('_', '-')} = {getattr(a, name)} is not accepted: expected >= 0")
+
+
+def run_cluster(cfg: Config, a: ClusterArgs, stop: threading.Event) -> int:
+    check(cfg, a)
+    ray = require_ray()
+    from .envcheck import check_env
+
+    check_env(cfg)
+    from .driver import make_env
+
+    env = make_env(cfg.env, kwargs=cfg.env_kwargs_dict())
+    from .agent import space_dims
+
+    obs_dim, act_dim = space_dims(env.observation_space, env.action_space)
+    low, high = env.action_space.low, env.action_space.high
+    spaces = {"obs_dim": obs_dim, "act_dim": act_dim, "obs_shape": list(env.observation_space.shape),
+              "action_low": low.astype(float).tolist(), "action_high": high.astype(float).tolist()}
+    env.close()
+    os.makedirs(a.root, exist_ok=True)
+    init = dict(namespace=NAMESPACE, logging_level=logging.ERROR, log_to_driver=False, include_dashboard=False)
+    if a.address:
+        ray.init(address=a.address, **init)
+    else:
+        ray.init(num_cpus=max(2, int(a.learner_cpus + a.bots * a.bot_cpus + 0.999)), **init)
+    try:
+        return _run(ray, cfg, a, stop, obs_dim, act_dim, spaces)
+    finally:
+        ray.shutdown()
+
+
+def _run(ray, cfg, a, stop, obs_dim, act_dim, spaces) -> int:
+    learner = None
+    if not cfg.eval_mode:
+        spec = LearnerSpec(config=cfg.to_dict(), obs_dim=obs_dim, act_dim=act_dim, spaces=spaces,
+                           metrics_path=os.path.join(a.root, "learner", "training_metrics.jsonl"),
+                           weights_dir=os.path.abspath(cfg.weights_dir), latest_name=cfg.latest_name)
+        os.makedirs(os.path.dirname(spec.metrics_path), exist_ok=True)
+        learner = learner_actor(spec, cfg.queue_size * max(4, a.bots), a.learner_cpus, a.learner_gpus)
+        ray.get(learner.pid.remote(), timeout=300)  # built, and its first actor published
+    bots = [bot_actor(bot_config(cfg, i, os.path.abspath(a.root)), i, a.bot_cpus) for i in range(a.bots)]
+    runs = {i: b.run.remote() for i, b in enumerate(bots)}
+    hb = Heartbeat(os.path.join(a.root, "status.json"))
+    watch = _Liveness(a, bots)
+    address = ray.get_runtime_context().gcs_address  # where tools (and tests) can join this cluster
+    started, learner_status, results = time.time(), {}, {}
+    code = 0
+    while runs and not stop.is_set():
+        done, _ = ray.wait(list(runs.values()), num_returns=len(runs), timeout=POLL_S)
+        for i, ref in [(i, r) for i, r in runs.items() if r in done]:
+            results[i] = _result(ray, ref)
+            del runs[i]
+        if learner is not None:
+            try:
+                learner_status = ray.get(learner.status.remote(), timeout=5.0)
+            except Exception as e:  # noqa: BLE001 - restarting: say so, keep going
+                learner_status = {**learner_status, "learner_alive": False,
+                                  "last_error": f"learner unreachable: {type(e).__name__}"}
+        watch.check()
+        st = {**_status(a, cfg, started, learner_status, watch), "ray_address": address}
+        hb.maybe_write(lambda st=st: st)
+        _progress(st, cfg)
+    for b in bots:  # a signal, or some bots finished: stop the rest, each closes its link
+        b.request_stop.remote()
+    for i, ref in runs.items():
+        results[i] = _result(ray, ref, timeout=60.0)
+    final = None
+    if learner is not None:
+        try:
+            final = ray.get(learner.close.remote(), timeout=300.0)
+        except Exception as e:  # noqa: BLE001
+            final = {"final_save": {"ok": False, "error": f"{type(e).__name__}: {e}"}}
+        fs = final.get("final_save") or {}
+        log.info("final checkpoint: %s", fs.get("path") if fs.get("ok") else f"NOT written ({fs.get('error')})")
+        code = 0 if fs.get("ok") else 3
+        if final.get("learner_error"):
+            log.error("the learner failed: %s", final["learner_error"])
+            code = 1
+    st = _status(a, cfg, started, final or learner_status, watch, results)
+    hb.maybe_write(lambda: st, force=True)
+    print()
+    print(json.dumps({"bots": {i: {k: r.get(k) for k in ("episodes", "env_steps")} for i, r in results.items()},
+                      "learner_steps": st.get("learner_steps"), "replay_ratio": st.get("replay_ratio")}))
+    return code
+
+
+def _result(ray, ref, timeout: float | None = None) -> dict:
+    try:
+        return ray.get(ref, timeout=timeout)
+    except Exception as e:  # noqa: BLE001 - a bot that could not finish: reported, not raised
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+class _Liveness:
+    """Per-bot round counters; a counter still for ``--freeze-timeout`` s gets its bot killed, and
+    Ray's max_restarts brings it back (its run is retried)."""
+
+    def __init__(self, a, bots):
+        self.a, self.bots = a, bots
+        self.last = {i: (None, time.monotonic()) for i in range(len(bots))}
+        self.restarts = {i: 0 for i in range(len(bots))}
+
+    def counter(self, i: int) -> int | None:
+        return read_round_counter(os.path.join(self.a.root, f"bot{i}", "round_counter.txt"))
+
+    def check(self) -> None:
+        now = time.monotonic()
+        for i, b in enumerate(self.bots):
+            c = self.counter(i)
+            if c != self.last[i][0]:
+                self.last[i] = (c, now)
+            elif self.a.freeze_timeout and now - self.last[i][1] > self.a.freeze_timeout:
+                log.warning("bot%d froze (round counter %s for %.0f s): restarting it", i, c, now - self.last[i][1])
+                require_ray().kill(b, no_restart=False)
+                self.restarts[i] += 1
+                self.last[i] = (c, now)
+
+
+def _status(a, cfg, started, ls: dict, watch: _Liveness, results: dict | None = None) -> dict:
+    bots = {}
+    for i in range(a.bots):
+        try:
+            with open(os.path.join(a.root, f"bot{i}", "run", "status.json")) as fh:
+                b = json.load(fh)
+        except (OSError, ValueError):
+            b = {}
+        bots[str(i)] = {"pid": b.get("pid"), "ticks": b.get("ticks"), "episodes": b.get("episodes"),
+                        "round_counter": watch.counter(i), "restarts": watch.restarts[i],
+                        "policy_lag": (ls.get("bots") or {}).get(str(i), {}).get("policy_lag"),
+                        "heartbeat_age_s": round(time.time() - b["time"], 1) if "time" in b else None,
+                        "mode": b.get("mode")}
+    st = {"pid": os.getpid(), "time": time.time(), "started": started, "mode": "cluster-eval" if cfg.eval_mode
+          else "cluster", "bots": bots, "ticks": sum(b["ticks"] or 0 for b in bots.values()),
+          "episodes": sum(b["episodes"] or 0 for b in bots.values())}
+    st.update({k: v for k, v in ls.items() if k != "bots"})
+    if results is not None:
+        st["results"] = {str(i): {k: r.get(k) for k in ("episodes", "env_steps", "error")} for i, r in results.items()}
+    return st
+
+
+_last_line = [0.0]
+
+
+def _progress(st: dict, cfg: Config) -> None:
+    """One line for the whole cluster, redrawn once a second (a full line each time off a terminal)."""
+    if cfg.quiet or time.monotonic() - _last_line[0] < 1.0:
+        return
+    _last_line[0] = time.monotonic()
+    warn = "  BOTS OUTRUN THE LEARNER" if st.get("outrun") else ""
+    alive = "" if st.get("learner_alive", True) else "  learner DOWN"
+    line = (f"cluster: {len(st['bots'])} bots  ticks {st['ticks']}  episodes {st['episodes']}  "
+            f"learner steps {st.get('learner_steps', 0)}  v{st.get('policy_version', 0)}  "
+            f"replay ratio {st.get('replay_ratio', 0)}/{st.get('replay_ratio_target', 0)}  "
+            f"capacity {st.get('capacity_samples_per_s', 0)} samples/s{warn}{alive}")
+    import sys
+
+    print(line, file=sys.stderr, flush=True)

@@ -1,0 +1,147 @@
+"""Many bots, one learner, on a local Ray instance (issue 13).  Skipped without the ray extra.
+
+One cluster serves the fault tests in order (Ray's start-up costs seconds on 2 cores): bots train
+one learner; a bot is killed with SIGKILL and comes back; the learner is killed and comes back
+from its checkpoint; SIGTERM closes everything with a final save and leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import StderrWatcher, dir_digests
+
+pytest.importorskip("ray")
+
+from sacbot.checkpoint import read_checkpoint  # noqa: E402
+
+SACBOT = [sys.executable, "-m", "sacbot"]
+
+
+def _status(root) -> dict:
+    with open(os.path.join(root, "status.json")) as fh:
+        return json.load(fh)
+
+
+def _wait(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # a heartbeat being replaced, or not written yet
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.2)  # polling the cluster's heartbeat file: its own output is the signal
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _ray_pids() -> set[int]:
+    """Processes of Ray (its servers and workers) on this machine."""
+    out = set()
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as fh:
+                    cmd = fh.read().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if b"raylet" in cmd or b"gcs_server" in cmd or b"ray::" in cmd or b"default_worker.py" in cmd:
+                out.add(int(d))
+    return {p for p in out if _alive(p)}
+
+
+@pytest.mark.timeout(400)
+def test_a_cluster_trains_survives_kills_of_a_bot_and_the_learner_and_closes_on_sigterm(tmp_path):
+    before = _ray_pids()
+    root, weights = tmp_path / "root", tmp_path / "w"
+    args = ["cluster", "--bots", "2", "--env", "Pendulum-v1", "--root", str(root), "--weights-path", str(weights),
+            "--learning-starts", "100", "--save-interval", "50", "--bot-cpus", "0.5", "--pace", "realtime",
+            "--tps", "100", "--hidden", "16", "--quiet"]
+    p = subprocess.Popen(SACBOT + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watch = StderrWatcher(p)
+    try:
+        st = _wait(lambda: (s := _status(root)).get("learner_steps", 0) > 0 and s["last_save"] and s, 180,
+                   "the cluster's learner to train and save")
+        assert st["learner_alive"] and st["replay_ratio_target"] > 0 and len(st["bots"]) == 2
+
+        # Sequences sampled from the learner's replay never cross bots.
+        import ray
+
+        ray.init(address=st["ray_address"], namespace="sacbot", log_to_driver=False)
+        try:
+            learner = ray.get_actor("sacbot-learner", namespace="sacbot")
+            windows = ray.get(learner.sample_sources.remote(256), timeout=60)
+        finally:
+            ray.shutdown()
+        assert len(windows) >= 256 and all(len(w) == 1 for w in windows)
+        assert {w[0] for w in windows} == {0, 1}  # both bots' experience is in it
+
+        # kill -9 of a bot's worker: Ray restarts it within 10 s; the learner is not disturbed.
+        bot_pid = st["bots"]["0"]["pid"]
+        version, learner_pid = st["policy_version"], st["learner_pid"]
+        os.kill(bot_pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        _wait(lambda: _status(root)["bots"]["0"]["pid"] not in (None, bot_pid)
+              and _status(root)["bots"]["0"]["heartbeat_age_s"] < 2, 30, "bot0 to come back")
+        assert time.monotonic() - t0 < 10
+        _wait(lambda: _status(root)["policy_version"] > version + 5, 60, "the learner to keep publishing")
+        assert _status(root)["learner_pid"] == learner_pid
+
+        # kill -9 of the learner: restarted from its latest checkpoint; bots act on meanwhile.
+        saved = read_checkpoint(str(weights / "sac_latest.zip"))["manifest"]["step"]
+        ticks = _status(root)["ticks"]
+        os.kill(learner_pid, signal.SIGKILL)
+        st = _wait(lambda: (s := _status(root))["learner_pid"] != learner_pid and s["learner_alive"] and s, 120,
+                   "the learner to come back")
+        assert st["loaded_from"] and st["learner_steps"] >= saved  # never back beyond the last save
+        assert st["ticks"] > ticks  # the bots kept acting
+        steps = st["learner_steps"]
+        _wait(lambda: _status(root)["learner_steps"] > steps, 120, "training to continue")
+
+        # SIGTERM: every bot stops, the learner makes its final save, Ray goes away.
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=120)
+    finally:
+        p.kill()
+    err = watch.rest(5)
+    assert p.returncode == 0, err
+    assert "Traceback" not in err
+    final = read_checkpoint(str(weights / "sac_latest.zip"))
+    assert final["manifest"]["step"] >= steps
+    _wait(lambda: not (_ray_pids() - before), 30, "every Ray process to exit")
+    assert int(open(root / "bot1" / "round_counter.txt").read()) > 0  # liveness per bot
+
+
+@pytest.mark.timeout(240)
+def test_eval_on_a_cluster_sends_nothing_and_writes_nothing(tmp_path):
+    weights = tmp_path / "w"
+    r = subprocess.run(SACBOT + ["run", "--env", "Pendulum-v1", "--steps", "300", "--hidden", "16", "--run-dir",
+                                 str(tmp_path / "run"), "--weights-path", str(weights), "--quiet"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    before = dir_digests(weights)
+    r = subprocess.run(SACBOT + ["cluster", "--eval", "--bots", "2", "--episodes", "1", "--env", "Pendulum-v1",
+                                 "--hidden", "16", "--root", str(tmp_path / "root"), "--weights-path", str(weights),
+                                 "--bot-cpus", "0.5", "--quiet"], capture_output=True, text=True, timeout=200)
+    assert r.returncode == 0, r.stderr
+    assert dir_digests(weights) == before
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert {b["episodes"] for b in out["bots"].values()} == {1}
+    assert not (tmp_path / "root" / "learner" / "training_metrics.jsonl").exists()
