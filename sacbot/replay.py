@@ -3,29 +3,45 @@
 Usage::
 
     buf = SequenceReplay(capacity=100_000, obs_dim=3, act_dim=1)
-    buf.add(obs, act, rew, next_obs, terminated, truncated)   # per transition
+    buf.add(obs, act, rew, next_obs, terminated, truncated)   # per transition (source 0)
+    buf.add(obs, act, rew, next_obs, False, False, source=7)  # another bot's stream
     if buf.can_sample(batch=16, seq_len=32):
         batch = buf.sample(16, 32, rng)                       # a SequenceBatch
 
-Every transition carries an episode id.  A sampled window starts at a uniformly
-chosen transition and runs forward for ``seq_len`` steps, stopping at its episode's
-end (or at the newest transition): the rest is zero-padded with ``mask == 0``, so
-no sequence ever crosses an episode boundary.  ``terminated`` and ``truncated`` are
-kept apart because only termination stops bootstrapping (SB3 keeps ``timeouts``
-for the same reason).
+Many sources (bots) share one ring: one capacity, the oldest row overwritten first whoever
+wrote it.  Their rows interleave in the ring, so an episode is not a run of neighbouring rows
+but a chain: every row holds its ``source``, a global ``episode`` id (one counter for all
+sources, so ids never repeat) and ``prev``/``next`` links to the rows before and after it in its
+episode (-1 at the ends).  A sampled window starts at a uniformly chosen row and follows
+``next`` for ``seq_len`` steps, stopping at its episode's end (or its source's newest row): the
+rest is zero-padded with ``mask == 0``, so no sequence ever crosses an episode or a source.
+``terminated`` and ``truncated`` are kept apart because only termination stops bootstrapping
+(SB3 keeps ``timeouts`` for the same reason).
+
+Why the links need no write stamp: rows are overwritten strictly in write order, so a row's
+successor (written after it) outlives it, and a ``next`` link from a stored row always holds.
+A ``prev`` link can outlive its target; overwriting a row therefore unlinks its successor's
+``prev`` (one write).  Row ``capacity`` is a sentinel (zero data, episode -1, links -1), which
+index -1 reaches, so following a link past an end stays at the end and reads zeros.
 """
 
 from __future__ import annotations
 
+import operator
 from typing import NamedTuple
 
 import numpy as np
 
-_ARRAYS = ("obs", "next_obs", "act", "rew", "terminated", "truncated", "episode")
+_DATA = ("obs", "next_obs", "act", "rew", "terminated", "truncated", "episode")
+_LINKS = ("source", "prev", "next")  # absent from checkpoints older than many-source replay
+_ARRAYS = _DATA + _LINKS
 # Checkpoints store the buffer in row chunks, each with a generation that every write bumps,
 # so a periodic save re-encodes only the chunks written since the last one (docs/operations.md).
 CHUNK_MIN_ROWS = 2048
 MAX_CHUNKS = 64
+# A window start is drawn over all stored rows and redrawn where it hit a cleared one: a few
+# rounds leave only about (cleared share)^rounds of the batch to the O(capacity) fallback.
+_REDRAWS = 4
 
 
 class SequenceBatch(NamedTuple):
@@ -51,51 +67,98 @@ class SequenceReplay:
         if capacity < 1:
             raise ValueError(f"replay capacity must be >= 1, got {capacity}")
         self.capacity, self.obs_dim, self.act_dim = capacity, obs_dim, act_dim
-        self.obs = np.zeros((capacity, obs_dim), np.float32)
-        self.next_obs = np.zeros((capacity, obs_dim), np.float32)
-        self.act = np.zeros((capacity, act_dim), np.float32)
-        self.rew = np.zeros(capacity, np.float32)
-        self.terminated = np.zeros(capacity, np.bool_)
-        self.truncated = np.zeros(capacity, np.bool_)
-        self.episode = np.full(capacity, -1, np.int64)
+        rows = capacity + 1  # the last row is the sentinel that index -1 reaches
+        self.obs = np.zeros((rows, obs_dim), np.float32)
+        self.next_obs = np.zeros((rows, obs_dim), np.float32)
+        self.act = np.zeros((rows, act_dim), np.float32)
+        self.rew = np.zeros(rows, np.float32)
+        self.terminated = np.zeros(rows, np.bool_)
+        self.truncated = np.zeros(rows, np.bool_)
+        self.episode = np.full(rows, -1, np.int64)  # -1: no transition (never written, or cleared)
+        self.source = np.zeros(rows, np.int32)
+        self.prev = np.full(rows, -1, np.int32)  # row of the step before, in this episode
+        self.next = np.full(rows, -1, np.int32)  # row of the step after, in this episode
         self.head = 0  # next write position
-        self.size = 0
-        self.current_episode = 0
-        self._episode_open = False  # a transition of current_episode is stored
+        self.size = 0  # rows the ring has filled (cleared ones included)
+        self.n_valid = 0  # rows holding a transition: len(buffer)
+        self.next_episode = 0  # the id the next episode of any source gets
+        self.open: dict[int, list[int]] = {}  # source -> [its open episode, its newest row]
         self.chunk_rows = max(CHUNK_MIN_ROWS, -(-capacity // MAX_CHUNKS))
         self.chunk_gen = np.zeros(-(-capacity // self.chunk_rows), np.int64)
 
     def __len__(self) -> int:
-        return self.size
+        return self.n_valid
 
-    def start_episode(self) -> None:
-        """Begin a new episode; the next transition will not be chained to the last."""
-        if self._episode_open:
-            self.current_episode += 1
-            self._episode_open = False
+    def start_episode(self, source: int = 0) -> None:
+        """Begin a new episode of ``source``; its next transition will not be chained to the last."""
+        self.open.pop(source, None)
 
-    def add(self, obs, act, rew, next_obs, terminated: bool, truncated: bool) -> None:
+    def add(self, obs, act, rew, next_obs, terminated: bool, truncated: bool, source: int = 0) -> None:
+        """Store one transition of ``source`` (a bot's id, 0 <= source < 2**31)."""
+        source = operator.index(source)  # a plain int: it goes into the checkpoint's meta
+        if not 0 <= source < 2**31:
+            raise ValueError(f"replay source must be an int in [0, 2**31), got {source!r}")
         i = self.head
+        st = self.open.get(source)
+        if st is None:
+            st = self.open[source] = [self.next_episode, -1]
+            self.next_episode += 1
+        ep, last = st
+        # Decided before row i is overwritten: it may be this source's newest row.
+        link = last if last != i and self.episode[last] == ep else -1
+        if self.episode[i] >= 0:  # the oldest row leaves: its successor loses its predecessor
+            succ = self.next[i]
+            if succ >= 0:
+                self.prev[succ] = -1
+                self.chunk_gen[succ // self.chunk_rows] += 1
+            self.n_valid -= 1
         self.obs[i], self.act[i], self.rew[i], self.next_obs[i] = obs, act, rew, next_obs
         self.terminated[i], self.truncated[i] = terminated, truncated
-        self.episode[i] = self.current_episode
+        self.episode[i], self.source[i], self.prev[i], self.next[i] = ep, source, link, -1
         self.chunk_gen[i // self.chunk_rows] += 1
-        self._episode_open = True
+        if link >= 0:  # linking writes the previous row too: its chunk must be saved again
+            self.next[link] = i
+            self.chunk_gen[link // self.chunk_rows] += 1
+        st[1] = i
+        self.n_valid += 1
         self.head = (i + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
         if terminated or truncated:
-            self.start_episode()
+            self.open.pop(source, None)
 
-    def clear(self) -> None:
-        self.episode.fill(-1)
-        self.chunk_gen += 1
-        self.head = self.size = 0
-        self.start_episode()
+    def clear(self, source: int | None = None) -> None:
+        """Drop every transition (``source`` None), or only those of one source.  A source's
+        cleared rows keep their places in the ring until overwritten but are never sampled."""
+        cap = self.capacity
+        stored = self.episode[:cap] >= 0
+        rows = np.flatnonzero(stored & (self.source[:cap] == source)) if source is not None else None
+        if rows is None or len(rows) == self.n_valid:  # nothing else left: reset the ring
+            self.episode.fill(-1)
+            self.prev.fill(-1)
+            self.next.fill(-1)
+            self.chunk_gen += 1
+            self.head = self.size = self.n_valid = 0
+            if source is None:
+                self.open.clear()
+            else:
+                self.open.pop(source, None)
+            return
+        self.episode[rows] = -1
+        self.prev[rows] = -1
+        self.next[rows] = -1
+        self.chunk_gen[np.unique(rows // self.chunk_rows)] += 1
+        self.n_valid -= len(rows)
+        self.open.pop(source, None)
 
     def can_sample(self, batch: int, seq_len: int) -> bool:
         # Padding makes any stored step a valid window start; asking for at least
         # `batch` transitions lets the B windows start at distinct places.
-        return batch >= 1 and seq_len >= 1 and self.size >= batch
+        return batch >= 1 and seq_len >= 1 and self.n_valid >= batch
+
+    def sample_indices(self, batch: int, seq_len: int, rng: np.random.Generator,
+                       burn_in: int = 0) -> np.ndarray:
+        """The (batch, burn_in + seq_len) rows that ``sample`` would gather, -1 where padded."""
+        return self._windows(batch, seq_len, rng, burn_in)[0]
 
     def sample(self, batch: int, seq_len: int, rng: np.random.Generator,
                burn_in: int = 0) -> SequenceBatch:
@@ -104,46 +167,64 @@ class SequenceReplay:
         With burn-in, each window reaches back up to ``burn_in`` steps inside its
         episode; those steps warm the recurrent state and have ``mask == 0``.
         """
-        if not self.can_sample(batch, seq_len):
-            raise ValueError(f"cannot sample {batch}x{seq_len} from a buffer of {self.size}")
-        n, cap = self.size, self.capacity
-        oldest = (self.head - n) % cap
-        # Starts by age (0 = oldest), so windows never run past the newest transition.
-        age = rng.integers(0, n, size=batch)
-        start = (oldest + age) % cap
-        ep = self.episode[start]
-
-        back = np.zeros(batch, np.int64)
-        if burn_in > 0:
-            k = np.arange(1, burn_in + 1)
-            prev_idx = (start[:, None] - k) % cap
-            ok = (self.episode[prev_idx] == ep[:, None]) & (k[None, :] <= age[:, None])
-            back = np.cumprod(ok, axis=1).sum(axis=1)
-        first = start - back  # may be negative before the modulo below
+        idx, back = self._windows(batch, seq_len, rng, burn_in)
+        first = idx[:, 0]
         T = burn_in + seq_len
         steps = np.arange(T)
-        idx = (first[:, None] + steps) % cap
-        in_store = steps[None, :] < (n - (age - back))[:, None]
-        valid = np.cumprod((self.episode[idx] == ep[:, None]) & in_store, axis=1).astype(bool)
-        mask = valid & (steps[None, :] >= back[:, None]) & (steps[None, :] < (back + seq_len)[:, None])
-
-        vf = valid.astype(np.float32)
-        obs = np.zeros((batch, T + 1, self.obs_dim), np.float32)
-        obs[:, 0] = self.obs[first % cap]
-        obs[:, 1:] = self.next_obs[idx] * vf[..., None]
-        prev_idx0 = (first - 1) % cap
-        has_prev = (self.episode[prev_idx0] == ep) & (age - back > 0)
-        prev_act0 = self.act[prev_idx0] * has_prev[:, None]
+        valid = idx >= 0
+        mask = valid & (steps >= back[:, None]) & (steps < (back + seq_len)[:, None])
+        # Index -1 is the sentinel row of zeros: padding needs no multiplication.
+        obs = np.empty((batch, T + 1, self.obs_dim), np.float32)
+        obs[:, 0] = self.obs[first]
+        obs[:, 1:] = self.next_obs[idx]
         return SequenceBatch(
             obs=obs,
-            act=self.act[idx] * vf[..., None],
-            prev_act0=prev_act0.astype(np.float32),
-            rew=self.rew[idx] * vf,
-            terminated=self.terminated[idx] * vf,
-            truncated=self.truncated[idx] * vf,
-            valid=vf,
+            act=self.act[idx],
+            prev_act0=self.act[self.prev[first]],  # the sentinel's zeros at an episode start
+            rew=self.rew[idx],
+            terminated=self.terminated[idx].astype(np.float32),
+            truncated=self.truncated[idx].astype(np.float32),
+            valid=valid.astype(np.float32),
             mask=mask.astype(np.float32),
         )
+
+    def _windows(self, batch: int, seq_len: int, rng: np.random.Generator,
+                 burn_in: int) -> tuple[np.ndarray, np.ndarray]:
+        """(rows (B, T), -1 padded; burn-in steps each window got (B,))."""
+        if not self.can_sample(batch, seq_len):
+            raise ValueError(f"cannot sample {batch}x{seq_len} from a buffer of {self.n_valid}")
+        n, cap = self.size, self.capacity
+        oldest = self.head - n
+        start = (oldest + rng.integers(0, n, size=batch)) % cap
+        if self.n_valid < n:  # some rows were cleared: uniform over the rows that hold data
+            for _ in range(_REDRAWS):
+                bad = np.flatnonzero(self.episode[start] < 0)
+                if not len(bad):
+                    break
+                start[bad] = (oldest + rng.integers(0, n, size=len(bad))) % cap
+            bad = np.flatnonzero(self.episode[start] < 0)
+            if len(bad):
+                ring = (oldest + np.arange(n)) % cap
+                held = ring[self.episode[ring] >= 0]
+                start[bad] = held[rng.integers(0, len(held), size=len(bad))]
+        # One small gather per step over the batch: links stay inside an episode, and -1 (the
+        # sentinel) links to itself, so a window that reached its end stays there.
+        back = np.zeros(batch, np.int64)
+        first = start
+        if burn_in > 0:
+            walk = np.empty((burn_in + 1, batch), np.intp)
+            walk[0] = start
+            for k in range(burn_in):
+                walk[k + 1] = self.prev[walk[k]]
+            back = (walk[1:] >= 0).sum(axis=0)
+            first = walk[back, np.arange(batch)]
+        T = burn_in + seq_len
+        rows = np.empty((T, batch), np.intp)
+        rows[0] = first
+        nxt = self.next
+        for t in range(1, T):
+            rows[t] = nxt[rows[t - 1]]
+        return rows.T, back
 
     # -- plain-array export for checkpoints (positions preserved, so a resumed run
     # samples exactly what an uninterrupted one would) --------------------------------
@@ -170,13 +251,17 @@ class SequenceReplay:
         return self.capacity if self.size == self.capacity else self.head
 
     def _meta(self) -> dict:
+        # Lists, not dicts keyed by source: checkpoint msgpack takes string keys only.
         return {"capacity": self.capacity, "head": self.head, "size": self.size,
-                "current_episode": self.current_episode, "episode_open": self._episode_open}
+                "next_episode": self.next_episode,
+                "sources": [[s, ep, last] for s, (ep, last) in sorted(self.open.items())]}
 
     def load(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
         """Restore an exported buffer.  At the same capacity the rows keep their positions (a
         resumed run samples what an uninterrupted one would); at another capacity the rows are
-        laid out oldest first and, if they do not fit, only the newest are kept."""
+        laid out oldest first and, if they do not fit, only the newest are kept (links to rows
+        left out become episode ends).  A buffer saved before many-source replay (no source or
+        links) is one stream of source 0 whose episodes are runs of neighbouring rows."""
         saved_cap, head, size = int(meta["capacity"]), int(meta["head"]), int(meta["size"])
         stored = saved_cap if size == saved_cap else head
         if not (0 <= size <= saved_cap and 0 <= head < max(saved_cap, 1) and size in (head, saved_cap)):
@@ -190,14 +275,50 @@ class SequenceReplay:
             keep = min(size, self.capacity)
             order = (oldest + np.arange(size - keep, size)) % saved_cap
             self.head, self.size = keep % self.capacity, keep
+        saved = {}
         for k in _ARRAYS:
-            if stored == 0 and f"replay.{k}" not in arrays:
-                continue  # an empty buffer is saved as no chunks at all
-            a = arrays[f"replay.{k}"]
+            name = f"replay.{k}"
+            if name not in arrays and (stored == 0 or k in _LINKS):
+                continue  # an empty buffer is saved as no chunks at all; links: built below
+            a = arrays[name]
             dst = getattr(self, k)
             if a.shape[1:] != dst.shape[1:] or len(a) != stored:
-                raise ValueError(f"replay.{k} has shape {a.shape}, expected ({stored}, *{dst.shape[1:]})")
-            dst[: len(order)] = a[order]
-        self.current_episode = int(meta["current_episode"])
-        self._episode_open = bool(meta["episode_open"])
+                raise ValueError(f"{name} has shape {a.shape}, expected ({stored}, *{dst.shape[1:]})")
+            saved[k] = a
+        if stored and not all(k in saved for k in _LINKS):
+            saved.update(_contiguous_links(saved["episode"], head, size, saved_cap))
+        for k in ("prev", "next"):
+            if stored and not ((saved[k] >= -1) & (saved[k] < stored)).all():
+                raise ValueError(f"replay.{k} links to rows outside the {stored} stored")
+        # Saved row -> new row (-1: left out); the extra last entry maps the end marker -1 to -1.
+        new_row = np.full(stored + 1, -1, np.int64)
+        new_row[order] = np.arange(len(order))
+        for k, a in saved.items():
+            getattr(self, k)[:len(order)] = new_row[a[order]] if k in ("prev", "next") else a[order]
+        self.n_valid = int((self.episode[:self.capacity] >= 0).sum())
+        if "sources" in meta:
+            self.next_episode = int(meta["next_episode"])
+            open_ = {int(s): (int(ep), int(last)) for s, ep, last in meta["sources"]}
+        else:  # one stream: source 0's open episode ends at the newest row
+            cur = int(meta["current_episode"])
+            self.next_episode = cur + 1 if meta["episode_open"] else cur
+            open_ = {0: (cur, (head - 1) % saved_cap)} if meta["episode_open"] and stored else {}
+        for s, (ep, last) in open_.items():
+            self.open[s] = [ep, int(new_row[last]) if -1 <= last < stored else -1]
+        if self.n_valid:
+            self.next_episode = max(self.next_episode, int(self.episode.max()) + 1)
         self.chunk_gen += 1
+
+
+def _contiguous_links(episode: np.ndarray, head: int, size: int, cap: int) -> dict[str, np.ndarray]:
+    """Source and links of a single-stream buffer, where an episode's rows are neighbours in
+    write order (oldest first from ``head - size``)."""
+    stored = len(episode)
+    ring = (head - size + np.arange(size)) % cap
+    ep = episode[ring]
+    same = (ep[1:] == ep[:-1]) & (ep[1:] >= 0)
+    prev = np.full(stored, -1, np.int32)
+    nxt = np.full(stored, -1, np.int32)
+    prev[ring[1:][same]] = ring[:-1][same]
+    nxt[ring[:-1][same]] = ring[1:][same]
+    return {"source": np.zeros(stored, np.int32), "prev": prev, "next": nxt}

@@ -108,3 +108,263 @@ def test_a_saved_empty_buffer_resumes_empty():
     again = SequenceReplay(10, 3, 1)
     again.load({}, meta)
     assert len(again) == 0 and again.head == 0
+
+
+# --- many sources in one ring (issue 13) ------------------------------------------------
+def interleaved(lengths_by_source, rows, capacity, first_episode=None):
+    """Sources take turns row by row; source s plays episodes of ``lengths_by_source[s]`` steps.
+    obs = [source, episode number within that source, step], act = [step]."""
+    buf = SequenceReplay(capacity, 3, 1)
+    count = {s: 0 for s in range(len(lengths_by_source))}
+    for r in range(rows):
+        s = r % len(lengths_by_source)
+        n = count[s]
+        ep, t = divmod(n, lengths_by_source[s])
+        last = t == lengths_by_source[s] - 1
+        buf.add([s, ep, t], [t], float(s), [s, ep, t + 1], last and s != 1, last and s == 1, source=s)
+        count[s] += 1
+    return buf
+
+
+def stored_steps(buf):
+    """(source, episode) -> (first step, last step) among the rows that hold a transition."""
+    out: dict = {}
+    for i in np.flatnonzero(buf.episode[:buf.capacity] >= 0):
+        s, ep, t = (int(x) for x in buf.obs[i])
+        lo, hi = out.get((s, ep), (t, t))
+        out[(s, ep)] = (min(lo, t), max(hi, t))
+    return out
+
+
+def check_links(buf):
+    """The links form chains inside episodes: a row's predecessor names it as its successor and
+    was written before it; rows without a transition hold no links."""
+    cap = buf.capacity
+    held = buf.episode[:cap] >= 0
+    assert len(buf) == held.sum()
+    age = (np.arange(cap) - (buf.head - buf.size)) % cap
+    for links, back in ((buf.prev, buf.next), (buf.next, buf.prev)):
+        rows = np.flatnonzero(held & (links[:cap] >= 0))
+        assert np.all(back[links[rows]] == rows) and np.all(buf.episode[links[rows]] == buf.episode[rows])
+        assert np.all(buf.source[links[rows]] == buf.source[rows])
+        assert np.all(links[:cap][~held] == -1)
+    rows = np.flatnonzero(held & (buf.prev[:cap] >= 0))
+    assert np.all(age[buf.prev[rows]] < age[rows])
+
+
+def check_windows(buf, batch, seq_len, burn_in, rng, sources=None):
+    """Every window stays in one source's episode, steps follow each other in its stream, and it
+    is as long as the rows stored allow (it stops only at an episode's or a source's end)."""
+    spans = stored_steps(buf)
+    state = rng.bit_generator.state
+    idx = buf.sample_indices(batch, seq_len, rng, burn_in)
+    rng.bit_generator.state = state
+    b = buf.sample(batch, seq_len, rng, burn_in)
+    T = burn_in + seq_len
+    assert idx.shape == (batch, T) and b.obs.shape == (batch, T + 1, 3)
+    for i in range(batch):
+        n = int(b.valid[i].sum())
+        assert np.all(b.valid[i, :n] == 1) and np.all(b.valid[i, n:] == 0), "valid is a prefix"
+        assert np.array_equal(idx[i] >= 0, b.valid[i] == 1)
+        s, ep, t0 = (int(x) for x in b.obs[i, 0])
+        rows = idx[i, :n]
+        assert np.all(buf.source[rows] == s) and len(set(buf.episode[rows].tolist())) == 1, "mixed a window"
+        assert np.all(b.obs[i, 1:n + 1, 0] == s) and np.all(b.obs[i, 1:n + 1, 1] == ep), "crossed a source"
+        assert np.array_equal(b.obs[i, 1:n + 1, 2], t0 + 1 + np.arange(n)), "steps do not follow"
+        assert np.array_equal(b.act[i, :n, 0], t0 + np.arange(n)) and np.all(b.rew[i, :n] == s)
+        lo, hi = spans[(s, ep)]
+        back = int(b.mask[i].argmax())  # the start drawn is always a real step
+        assert back == burn_in or t0 == lo, "burn-in short of what is stored"
+        assert n == min(T, hi - t0 + 1), "a window stopped before its episode's end"
+        assert b.mask[i].sum() == min(seq_len, n - back)
+        assert b.prev_act0[i, 0] == (t0 - 1 if t0 > lo else 0), "prev_act0 from another stream"
+        assert np.all(b.obs[i, n + 1:] == 0) and np.all(b.act[i, n:] == 0), "padding is zero"
+        if sources is not None:
+            assert s in sources
+
+
+def test_sampled_windows_never_cross_sources_or_episodes():
+    """Three bots interleaved row by row, episodes of 7, 13 and 29 steps, the ring wrapped."""
+    buf = interleaved([7, 13, 29], rows=1500, capacity=1000)
+    assert len(buf) == 1000
+    check_links(buf)
+    rng = np.random.default_rng(0)
+    for burn_in in (0, 5):
+        for _ in range(40):
+            check_windows(buf, 16, 12, burn_in, rng)
+
+
+def test_a_long_episode_and_an_idle_source_whose_rows_were_overwritten():
+    """An episode longer than the ring, and a source whose newest row was overwritten while it
+    was idle: its next transition must not link to the row now in that place."""
+    buf = SequenceReplay(10, 3, 1)
+    buf.add([0, 0, 0], [0], 0.0, [0, 0, 1], False, False, source=0)
+    for t in range(25):
+        buf.add([1, 0, t], [t], 1.0, [1, 0, t + 1], False, False, source=1)
+    buf.add([0, 0, 1], [1], 0.0, [0, 0, 2], False, False, source=0)  # row 0 was overwritten
+    assert buf.prev[buf.head - 1] == -1
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        check_windows(buf, 10, 8, 3, rng)
+    check_links(buf)
+
+
+def test_a_source_that_overwrites_its_own_newest_row_does_not_link_to_itself():
+    """Its newest row is the oldest in the ring: writing the next one in its place must not make
+    the row its own predecessor (a window would then repeat one step)."""
+    for cap, others in ((1, 0), (4, 3)):
+        buf = SequenceReplay(cap, 3, 1)
+        buf.add([0, 0, 0], [0], 0.0, [0, 0, 1], False, False, source=0)
+        for t in range(others):
+            buf.add([1, 0, t], [t], 1.0, [1, 0, t + 1], False, False, source=1)
+        buf.add([0, 0, 1], [1], 0.0, [0, 0, 2], False, False, source=0)  # lands on row 0
+        assert buf.prev[0] == -1 and buf.next[0] == -1
+        check_windows(buf, cap, 3, 2, np.random.default_rng(0))
+        check_links(buf)
+
+
+def test_clearing_one_source_keeps_the_others_intact():
+    buf = interleaved([7, 13, 29], rows=900, capacity=1000)
+    before = {k: v for k, v in stored_steps(buf).items() if k[0] != 1}
+    gens = buf.chunk_gen.copy()
+    buf.clear(1)
+    assert len(buf) == 600 and buf.size == 900 and 1 not in buf.open
+    assert stored_steps(buf) == before
+    check_links(buf)
+    assert np.all(buf.chunk_gen > gens), "the chunks that held the cleared rows must be saved again"
+    rng = np.random.default_rng(2)
+    for burn_in in (0, 4):
+        for _ in range(30):
+            check_windows(buf, 16, 10, burn_in, rng, sources={0, 2})
+    # The cleared source starts afresh: not linked to what it had.
+    buf.add([1, 99, 0], [0], 1.0, [1, 99, 1], False, False, source=1)
+    assert buf.prev[buf.head - 1] == -1 and len(buf) == 601
+    # Clearing what is left resets the ring as a whole clear does.
+    buf.clear(0), buf.clear(2), buf.clear(1)
+    assert len(buf) == 0 and buf.head == buf.size == 0
+
+
+def test_starts_are_drawn_only_among_rows_that_hold_data():
+    """After a clear that leaves 2 rows of 1000, every start is one of them (the redraws run out
+    and the fallback over the held rows takes over), and both are drawn."""
+    buf = SequenceReplay(1000, 3, 1)
+    for r in range(1000):
+        s = 0 if r in (10, 500) else 1
+        buf.add([s, 0, r], [0], 0.0, [s, 0, r + 1], True, False, source=s)
+    buf.clear(1)
+    assert len(buf) == 2
+    seen = set()
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        idx = buf.sample_indices(2, 1, rng)
+        seen.update(idx[:, 0].tolist())
+    assert seen == {10, 500}
+
+
+def test_linking_a_row_bumps_the_chunk_of_the_row_it_follows():
+    """Row 0's ``next`` is written when its source's next row lands in another chunk: a chunked
+    save that skipped chunk 0 would resume with the episode cut."""
+    buf = SequenceReplay(10_000, 3, 1)
+    c = buf.chunk_rows
+    buf.add([0, 0, 0], [0], 0.0, [0, 0, 1], False, False, source=0)
+    for t in range(c):
+        buf.add([1, 0, t], [t], 0.0, [1, 0, t + 1], False, False, source=1)
+    held = {k: int(g) for k, g in enumerate(buf.chunk_gen)}
+    buf.add([0, 0, 1], [1], 0.0, [0, 0, 2], False, False, source=0)  # row c + 1, chunk 1
+    assert buf.next[0] == c + 1
+    chunks, _ = buf.export_chunks(since=held)
+    assert [ch["index"] for ch in chunks] == [0, 1]
+
+
+def concatenated(chunks):
+    """What the checkpoint loader makes of the chunks: each array's rows, in chunk order."""
+    names = chunks[0]["arrays"] if chunks else {}
+    return {k: np.concatenate([ch["arrays"][k] for ch in chunks]) for k in names}
+
+
+def test_many_sources_survive_a_save_and_resume_exactly():
+    buf = interleaved([7, 13, 29], rows=1234, capacity=1000)
+    buf.clear(2)
+    buf.add([2, 50, 0], [0], 2.0, [2, 50, 1], False, False, source=2)
+    chunks, meta = buf.export_chunks()
+    again = SequenceReplay(1000, 3, 1)
+    again.load(concatenated(chunks), meta)
+    for k in ("episode", "source", "prev", "next", "obs"):
+        assert np.array_equal(getattr(again, k), getattr(buf, k)), k
+    assert (again.head, again.size, len(again), again.open, again.next_episode) == \
+        (buf.head, buf.size, len(buf), buf.open, buf.next_episode)
+    for burn_in in (0, 3):
+        a = buf.sample(32, 9, np.random.default_rng(7), burn_in)
+        b = again.sample(32, 9, np.random.default_rng(7), burn_in)
+        assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    # Both continue alike: open episodes chain on, across the resume.
+    for r in (buf, again):
+        for s in range(3):
+            r.add([s, 77, 0], [0], 0.0, [s, 77, 1], False, False, source=s)
+    for k in ("episode", "source", "prev", "next"):
+        assert np.array_equal(getattr(again, k), getattr(buf, k)), k
+
+
+def old_format(buf):
+    """``buf``'s export as a checkpoint from before many-source replay wrote it: no source or
+    links, and one current episode in the meta."""
+    arrays, meta = buf.export()
+    arrays = {k: v for k, v in arrays.items() if k.split(".")[1] not in ("source", "prev", "next")}
+    open_ = buf.open.get(0)
+    meta = {"capacity": meta["capacity"], "head": meta["head"], "size": meta["size"],
+            "current_episode": open_[0] if open_ else buf.next_episode, "episode_open": open_ is not None}
+    return arrays, meta
+
+
+def test_a_single_stream_export_from_before_sources_loads():
+    for rows, cap in ((50, 64), (300, 64)):  # not full, and wrapped with the head mid-ring
+        buf = SequenceReplay(cap, 2, 1)  # episodes of 13, the last one left open
+        for r in range(rows):
+            ep, t = divmod(r, 13)
+            buf.add([ep, t], [t / 100], float(t), [ep, t + 1], False, t == 12)
+        again = SequenceReplay(cap, 2, 1)
+        again.load(*old_format(buf))
+        for k in ("episode", "source", "prev", "next"):
+            assert np.array_equal(getattr(again, k), getattr(buf, k)), k
+        assert again.open == buf.open and len(again) == len(buf)
+        a = buf.sample(16, 20, np.random.default_rng(8), 4)
+        b = again.sample(16, 20, np.random.default_rng(8), 4)
+        assert all(np.array_equal(x, y) for x, y in zip(a, b))
+        for r in (buf, again):  # the open episode chains on
+            r.add([99, 0], [0], 0.0, [99, 1], False, False)
+        assert again.prev[again.head - 1] == buf.prev[buf.head - 1] >= 0
+
+
+def test_capacity_change_with_several_sources_keeps_the_newest_rows_linked():
+    buf = interleaved([7, 13, 29], rows=900, capacity=600)
+    arrays, meta = buf.export()
+    newest = {tuple(buf.obs[(buf.head - k) % 600]) for k in range(1, 201)}
+    for cap in (200, 1000):
+        again = SequenceReplay(cap, 3, 1)
+        again.load(arrays, meta)
+        assert len(again) == min(cap, 600) and again.head == min(cap, 600) % cap
+        if cap == 200:
+            assert {tuple(again.obs[i]) for i in range(200)} == newest
+        check_links(again)
+        rng = np.random.default_rng(9)
+        for burn_in in (0, 6):
+            for _ in range(20):
+                check_windows(again, 16, 15, burn_in, rng)
+        # Every source's open episode chains on to its newest row.
+        for s in range(3):
+            last = again.open[s][1]
+            assert tuple(again.obs[last]) == tuple(buf.obs[buf.open[s][1]])
+            again.add([s, 0, 0], [0], 0.0, [s, 0, 1], False, False, source=s)
+            assert again.prev[(again.head - 1) % cap] == last
+
+
+def test_a_source_must_be_a_non_negative_int():
+    buf = SequenceReplay(10, 3, 1)
+    for bad in (-1, 2**31, 1.5, "3"):
+        try:
+            buf.add([0, 0, 0], [0], 0.0, [0, 0, 0], False, False, source=bad)
+        except (ValueError, TypeError):
+            continue
+        raise AssertionError(f"source {bad!r} was taken")
+    buf.add([0, 0, 0], [0], 0.0, [0, 0, 0], False, False, source=np.int64(3))
+    assert list(buf.open) == [3] and type(next(iter(buf.open))) is int

@@ -484,3 +484,63 @@ def test_a_layout_change_is_published_whole():
     assert reader.pull()
     assert reader.arrays["w"].dtype == np.int8 and (reader.arrays["w"] == -7).all()
     assert reader.arrays["w_scale"].tolist() == [0.5, 0.25] and bool(reader.arrays["flag"])
+
+
+# --- many sources, one learner (issue 13) -------------------------------------------------
+def test_a_new_opponent_clears_only_that_sources_rows_and_opponents_survive_a_resume(tmp_path):
+    st = TrainingState.fresh(small_cfg(tmp_path), 3, 1)
+    for source, opp in ((0, "walker"), (1, "spinner")):
+        handle_message(st, NewEpisode(opp), source)
+    for i in range(3):
+        for source in (0, 1):
+            handle_message(st, tr(10 * source + i), source)
+    assert len(st.replay) == 6
+    handle_message(st, NewEpisode("tracker"), 1)  # bot 1 meets another opponent
+    held = st.replay.episode[:st.replay.capacity] >= 0
+    assert len(st.replay) == 3 and set(st.replay.source[:st.replay.capacity][held].tolist()) == {0}
+    handle_message(st, NewEpisode("walker"), 0)  # bot 0's opponent is unchanged: kept
+    assert len(st.replay) == 3 and st.opponent == {0: "walker", 1: "tracker"}
+    p = st.payload(with_replay=True)
+    arrays = {**p["arrays"], **{k: np.concatenate([c["arrays"][k] for c in p["replay_chunks"]])
+                                for k in p["replay_chunks"][0]["arrays"]}}
+    again = TrainingState.fresh(small_cfg(tmp_path), 3, 1)
+    again.load_payload(arrays, p["meta"])
+    assert again.opponent == st.opponent and len(again.replay) == 3
+    handle_message(again, NewEpisode("spinner"), 0)  # bot 0's opponent was restored: it clears
+    assert len(again.replay) == 0
+    old = {k: v for k, v in p["meta"].items() if k != "opponents"}
+    for opponent, expect in (("walker", {0: "walker"}), (None, {})):  # a one-bot checkpoint's
+        again.load_payload(arrays, {**old, "opponent": opponent})
+        assert again.opponent == expect
+
+
+def test_the_learner_loop_takes_source_message_pairs_and_plain_messages(tmp_path):
+    """A many-bot learner queues (source, message) pairs; a bot's own learner queues bare
+    messages (source 0).  Both go to the right source's stream; Shutdown ends the loop."""
+    from sacbot.learner import LearnerSpec
+    from sacbot.training import LearnerLoop
+
+    cfg = small_cfg(tmp_path, learning_starts=1000)
+    items = [(0, NewEpisode("a")), (7, NewEpisode("b"))]
+    for i in range(4):
+        items += [(0, tr(i)), (7, tr(100 + i))]
+    items += [tr(4), (7, Shutdown()), (7, tr(999))]  # nothing after Shutdown goes in
+
+    class Inbox:
+        def recv(self, timeout):
+            return items.pop(0) if items else None
+
+        def drain(self):
+            out = items[:]
+            items.clear()
+            return out
+
+    spec = LearnerSpec(config=cfg.to_dict(), obs_dim=3, act_dim=1, spaces={"obs_dim": 3, "act_dim": 1},
+                       metrics_path=cfg.metrics_path, weights_dir=cfg.weights_dir)
+    loop = LearnerLoop(spec, None, Inbox(), lambda arrays: 1, lambda status: None, threading.Event())
+    loop.run()
+    r = loop.state.replay
+    rows = np.flatnonzero(r.episode[:r.capacity] >= 0)
+    got = sorted((int(r.source[i]), float(r.obs[i, 0])) for i in rows)
+    assert got == [(0, 0.0), (0, 1.0), (0, 2.0), (0, 3.0), (0, 4.0), (7, 100.0), (7, 101.0), (7, 102.0), (7, 103.0)]
+    assert loop.state.opponent == {0: "a", 7: "b"} and loop.final_save["ok"]
