@@ -259,6 +259,9 @@ def test_starts_are_drawn_only_among_rows_that_hold_data():
         idx = buf.sample_indices(2, 1, rng)
         seen.update(idx[:, 0].tolist())
     assert seen == {10, 500}
+    buf.add([0, 1, 0], [0], 0.0, [0, 1, 1], True, False, source=0)  # lands on row 0
+    starts = np.concatenate([buf.sample_indices(3, 1, rng)[:, 0] for _ in range(50)])
+    assert set(starts.tolist()) == {0, 10, 500} and (starts == 0).sum() > 20, "the new row is drawn as often"
 
 
 def test_linking_a_row_bumps_the_chunk_of_the_row_it_follows():
@@ -274,6 +277,15 @@ def test_linking_a_row_bumps_the_chunk_of_the_row_it_follows():
     assert buf.next[0] == c + 1
     chunks, _ = buf.export_chunks(since=held)
     assert [ch["index"] for ch in chunks] == [0, 1]
+    # Overwriting row 0 unlinks its successor, row c + 1: that chunk is written too.
+    for t in range(buf.capacity - buf.head):
+        buf.add([1, 1, t], [t], 0.0, [1, 1, t + 1], False, False, source=1)
+    held = {k: int(g) for k, g in enumerate(buf.chunk_gen)}
+    buf.add([1, 1, 99], [0], 0.0, [1, 1, 100], False, False, source=1)  # lands on row 0
+    assert buf.prev[c + 1] == -1 and buf.prev[0] == buf.capacity - 1
+    chunks, _ = buf.export_chunks(since=held)
+    last = (buf.capacity - 1) // c  # the row it follows, source 1's newest
+    assert [ch["index"] for ch in chunks] == [0, 1, last]
 
 
 def concatenated(chunks):
