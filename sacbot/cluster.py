@@ -17,6 +17,7 @@ import dataclasses
 import json
 import logging
 import os
+import signal
 import threading
 import time
 
@@ -63,6 +64,12 @@ def check(cfg: Config, a: ClusterArgs) -> None:
 
 def run_cluster(cfg: Config, a: ClusterArgs, stop: threading.Event) -> int:
     check(cfg, a)
+    if not a.address:
+        # A local instance listens on the loopback address only, so nothing outside this machine
+        # can reach it.  Ray reads this when it is imported: with it off, Ray takes 127.0.0.1 as the
+        # node's address instead of the address other machines would use.  (Ray >= 2.59 also
+        # protects the instance with a token, kept in ~/.ray/auth_token.)
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     ray = require_ray()
     from .envcheck import check_env
 
@@ -79,10 +86,15 @@ def run_cluster(cfg: Config, a: ClusterArgs, stop: threading.Event) -> int:
     env.close()
     os.makedirs(a.root, exist_ok=True)
     init = dict(namespace=NAMESPACE, logging_level=logging.ERROR, log_to_driver=False, include_dashboard=False)
+    # ray.init installs a SIGTERM handler that ends the driver at once: put ours back, so a
+    # SIGTERM stops the bots and makes the learner's final save like SIGINT does.
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     if a.address:
         ray.init(address=a.address, **init)
     else:
         ray.init(num_cpus=max(2, int(a.learner_cpus + a.bots * a.bot_cpus + 0.999)), **init)
+    for s, h in handlers.items():
+        signal.signal(s, h)
     try:
         return _run(ray, cfg, a, stop, obs_dim, act_dim, spaces)
     finally:

@@ -22,6 +22,30 @@ pytest.importorskip("ray")
 from sacbot.checkpoint import read_checkpoint  # noqa: E402
 
 SACBOT = [sys.executable, "-m", "sacbot"]
+# A process joining the local instance must take 127.0.0.1 as the node address too (sacbot cluster
+# sets this for itself), and present the instance's token.
+LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token"}
+JOIN_AND_SAMPLE = """
+import json, sys, ray
+ray.init(address=sys.argv[1], namespace="sacbot", log_to_driver=False)
+learner = ray.get_actor("sacbot-learner", namespace="sacbot")
+print(json.dumps(ray.get(learner.sample_sources.remote(256), timeout=60)))
+"""
+
+
+def _stop(p, before: set[int]) -> None:
+    """Close a cluster that a failing test leaves running, and any Ray process it left behind."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    for pid in _ray_pids() - before:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _status(root) -> dict:
@@ -76,20 +100,18 @@ def test_a_cluster_trains_survives_kills_of_a_bot_and_the_learner_and_closes_on_
             "--tps", "100", "--hidden", "16", "--quiet"]
     p = subprocess.Popen(SACBOT + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     watch = StderrWatcher(p)
+    steps = 0
     try:
         st = _wait(lambda: (s := _status(root)).get("learner_steps", 0) > 0 and s["last_save"] and s, 180,
                    "the cluster's learner to train and save")
         assert st["learner_alive"] and st["replay_ratio_target"] > 0 and len(st["bots"]) == 2
 
-        # Sequences sampled from the learner's replay never cross bots.
-        import ray
-
-        ray.init(address=st["ray_address"], namespace="sacbot", log_to_driver=False)
-        try:
-            learner = ray.get_actor("sacbot-learner", namespace="sacbot")
-            windows = ray.get(learner.sample_sources.remote(256), timeout=60)
-        finally:
-            ray.shutdown()
+        # Sequences sampled from the learner's replay never cross bots (asked by a process that
+        # joins the cluster, as tools/join_cluster.py does; a subprocess, so a hang has a timeout).
+        q = subprocess.run([sys.executable, "-c", JOIN_AND_SAMPLE, st["ray_address"]], capture_output=True,
+                           text=True, timeout=90, env={**os.environ, **LOOPBACK})
+        assert q.returncode == 0, q.stderr[-3000:]
+        windows = json.loads(q.stdout.strip().splitlines()[-1])
         assert len(windows) >= 256 and all(len(w) == 1 for w in windows)
         assert {w[0] for w in windows} == {0, 1}  # both bots' experience is in it
 
@@ -119,7 +141,7 @@ def test_a_cluster_trains_survives_kills_of_a_bot_and_the_learner_and_closes_on_
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=120)
     finally:
-        p.kill()
+        _stop(p, before)
     err = watch.rest(5)
     assert p.returncode == 0, err
     assert "Traceback" not in err

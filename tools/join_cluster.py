@@ -9,6 +9,10 @@ Then, from the game's own process (any machine that reaches the head)::
 
     python tools/join_cluster.py --address auto --source 100 --episodes 5
 
+Ray 2.59 and later protect a cluster with a token: a joining process needs ``RAY_AUTH_MODE=token``
+and the token (``~/.ray/auth_token`` on the head's machine, or ``RAY_AUTH_TOKEN``); this script sets
+the mode when the environment has not.
+
 The game plays its own loop with the numpy Agent; the Agent's learner is the cluster's Ray actor
 (``sacbot-learner`` in namespace ``sacbot``), reached through the same boundary a local learner
 has.  The source id must differ from every other bot's (cluster bots use 0..N-1), so the
@@ -31,6 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--episodes", type=int, default=3)
     a = p.parse_args(argv)
 
+    import os
+
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    if a.address.startswith("127.") or a.address.startswith("localhost"):
+        # sacbot cluster's local instance listens on loopback only; without this Ray would turn
+        # 127.0.0.1 into the machine's outside address, where nothing listens.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
     from sacbot.agent import Agent
