@@ -115,6 +115,11 @@ def _pretrained(cfg: Config, expect: dict, log):
 
 # --- training ---------------------------------------------------------------------------------
 def _train(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log) -> Start:
+    need = ck.checkpoint_byte_cap(obs_dim, act_dim, cfg.hidden, cfg.buffer_size, cfg.save_replay)
+    if need > ck.MAX_CHECKPOINT_BYTES:  # its checkpoints could never be written, nor read back
+        raise ConfigError(f"hidden = {cfg.hidden} with buffer_size = {cfg.buffer_size} makes checkpoints of up to "
+                          f"{need:,} bytes, over sacbot's cap of {ck.MAX_CHECKPOINT_BYTES:,} (bounded reads, "
+                          "docs/operations.md): lower --buffer-size, or pass --no-save-replay")
     if cfg.device != "cpu":  # a GPU that is not there stops the start before any file exists
         from .sac import resolve_device  # torch, here only because a GPU was asked for
 

@@ -130,8 +130,9 @@ def _learner_floats(obs_dim: int, act_dim: int, hidden: int) -> int:
 
 
 def replay_row_bytes(obs_dim: int, act_dim: int) -> int:
-    """obs and next_obs, action, reward (float32), terminated, truncated (bool), episode (int64)."""
-    return 4 * (2 * obs_dim + act_dim + 1) + 2 + 8
+    """obs and next_obs, action, reward (float32), terminated, truncated (bool), episode (int64),
+    and the many-source layout: source, prev and next (int32 each)."""
+    return 4 * (2 * obs_dim + act_dim + 1) + 2 + 8 + 12
 
 
 def checkpoint_byte_cap(obs_dim: int, act_dim: int, hidden: int, buffer_size: int,

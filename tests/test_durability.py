@@ -332,3 +332,11 @@ def _pid_alive(pid: int) -> bool:
             return fh.read().split(")")[-1].split()[0] != "Z"  # a zombie has exited
     except FileNotFoundError:
         return False
+
+
+def test_a_bot_whose_checkpoints_would_pass_the_read_cap_is_a_config_error_before_any_file(tmp_path):
+    """Such a bot trained, and every save failed at the cap; now it does not start."""
+    cfg = small_cfg(tmp_path, buffer_size=10_000_000, hidden=64)
+    with pytest.raises(ConfigError, match="buffer_size = 10000000 makes checkpoints of up to"):
+        Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
+    assert not os.path.exists(cfg.weights_path)
