@@ -89,3 +89,36 @@ def play(agent, n, opponent="x"):
         agent.observe(float(a[0]), obs, False, t % 10 == 9)
         if t % 10 == 9:
             agent.new_episode(opponent)
+
+
+# --- waiting on other processes -------------------------------------------------------------
+def pid_alive(pid: int) -> bool:
+    """The process runs (a zombie, exited but not reaped, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def read_status(run_dir) -> dict:
+    import json
+
+    with open(os.path.join(run_dir, "status.json")) as fh:
+        return json.load(fh)
+
+
+def wait_until(predicate, timeout: float, what: str):
+    """Poll ``predicate`` (reading files or /proc that a child writes: its own output is the
+    signal) until it returns something true, and return that; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            got = predicate()
+            if got:
+                return got
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # a file being replaced, or not written yet
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.1)

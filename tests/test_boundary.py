@@ -7,10 +7,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
-from helpers import StderrWatcher
+from helpers import StderrWatcher, pid_alive, read_status, wait_until
 
 from sacbot.checkpoint import read_checkpoint
 
@@ -46,30 +45,10 @@ def test_eval_plays_the_pretrained_bot_with_torch_unimportable(tmp_path):
     assert written == ["runs/default/status.json"]  # the heartbeat only: no weights, no logs
 
 
-def _status(run_dir):
-    with open(os.path.join(run_dir, "status.json")) as fh:
-        return json.load(fh)
 
 
-def _wait(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if predicate():
-                return
-        except (OSError, ValueError, KeyError):
-            pass  # the file is being replaced, or not written yet
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)  # polling files the child writes: its own output is the signal
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _start(tmp_path, *extra):
@@ -84,8 +63,8 @@ def test_a_killed_learner_process_leaves_the_bot_acting_reported_and_exiting_non
     p, watch = _start(tmp_path)
     run = str(tmp_path / "run")
     try:
-        _wait(lambda: _status(run).get("last_save"), 90, "a periodic save")
-        st = _status(run)
+        wait_until(lambda: read_status(run).get("last_save"), 90, "a periodic save")
+        st = read_status(run)
         learner_pid = st["learner_pid"]
         assert learner_pid != p.pid and st["learner"] == "process"
         ticks = st["ticks"]
@@ -96,7 +75,7 @@ def test_a_killed_learner_process_leaves_the_bot_acting_reported_and_exiting_non
     err = watch.rest(5)
     assert p.returncode == 1, err
     assert "learner process exited with code -9" in err and "Traceback" not in err
-    st = _status(run)
+    st = read_status(run)
     assert not st["learner_alive"] and "code -9" in st["last_error"] and st["ticks"] > ticks
     read_checkpoint(str(tmp_path / "w" / "sac_latest.zip"))  # the last periodic save loads
 
@@ -105,11 +84,11 @@ def test_a_killed_bot_leaves_no_orphan_learner_and_its_work_is_saved(tmp_path):
     p, watch = _start(tmp_path)
     run = str(tmp_path / "run")
     try:
-        _wait(lambda: _status(run)["learner_steps"] > 0, 90, "training to start")
-        learner_pid = _status(run)["learner_pid"]
+        wait_until(lambda: read_status(run)["learner_steps"] > 0, 90, "training to start")
+        learner_pid = read_status(run)["learner_pid"]
         os.kill(p.pid, signal.SIGKILL)
         p.wait(timeout=10)
-        _wait(lambda: not _alive(learner_pid), 60, f"the learner {learner_pid} to exit")
+        wait_until(lambda: not pid_alive(learner_pid), 60, f"the learner {learner_pid} to exit")
     finally:
         p.kill()
     ck = read_checkpoint(str(tmp_path / "w" / "sac_latest.zip"))  # its final save on the way out

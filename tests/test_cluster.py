@@ -15,7 +15,7 @@ import sys
 import time
 
 import pytest
-from helpers import StderrWatcher, dir_digests
+from helpers import StderrWatcher, dir_digests, pid_alive, read_status, wait_until
 
 pytest.importorskip("ray")
 
@@ -48,32 +48,10 @@ def _stop(p, before: set[int]) -> None:
             pass
 
 
-def _status(root) -> dict:
-    with open(os.path.join(root, "status.json")) as fh:
-        return json.load(fh)
 
 
-def _wait(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        try:
-            last = predicate()
-            if last:
-                return last
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # a heartbeat being replaced, or not written yet
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.2)  # polling the cluster's heartbeat file: its own output is the signal
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _ray_pids() -> set[int]:
@@ -88,7 +66,7 @@ def _ray_pids() -> set[int]:
                 continue
             if b"raylet" in cmd or b"gcs_server" in cmd or b"ray::" in cmd or b"default_worker.py" in cmd:
                 out.add(int(d))
-    return {p for p in out if _alive(p)}
+    return {p for p in out if pid_alive(p)}
 
 
 @pytest.mark.timeout(400)
@@ -102,7 +80,7 @@ def test_a_cluster_trains_survives_kills_of_a_bot_and_the_learner_and_closes_on_
     watch = StderrWatcher(p)
     steps = 0
     try:
-        st = _wait(lambda: (s := _status(root)).get("learner_steps", 0) > 0 and s["last_save"] and s, 180,
+        st = wait_until(lambda: (s := read_status(root)).get("learner_steps", 0) > 0 and s["last_save"] and s, 180,
                    "the cluster's learner to train and save")
         assert st["learner_alive"] and st["replay_ratio_target"] > 0 and len(st["bots"]) == 2
 
@@ -120,22 +98,22 @@ def test_a_cluster_trains_survives_kills_of_a_bot_and_the_learner_and_closes_on_
         version, learner_pid = st["policy_version"], st["learner_pid"]
         os.kill(bot_pid, signal.SIGKILL)
         t0 = time.monotonic()
-        _wait(lambda: _status(root)["bots"]["0"]["pid"] not in (None, bot_pid)
-              and _status(root)["bots"]["0"]["heartbeat_age_s"] < 2, 30, "bot0 to come back")
+        wait_until(lambda: read_status(root)["bots"]["0"]["pid"] not in (None, bot_pid)
+              and read_status(root)["bots"]["0"]["heartbeat_age_s"] < 2, 30, "bot0 to come back")
         assert time.monotonic() - t0 < 10
-        _wait(lambda: _status(root)["policy_version"] > version + 5, 60, "the learner to keep publishing")
-        assert _status(root)["learner_pid"] == learner_pid
+        wait_until(lambda: read_status(root)["policy_version"] > version + 5, 60, "the learner to keep publishing")
+        assert read_status(root)["learner_pid"] == learner_pid
 
         # kill -9 of the learner: restarted from its latest checkpoint; bots act on meanwhile.
         saved = read_checkpoint(str(weights / "sac_latest.zip"))["manifest"]["step"]
-        ticks = _status(root)["ticks"]
+        ticks = read_status(root)["ticks"]
         os.kill(learner_pid, signal.SIGKILL)
-        st = _wait(lambda: (s := _status(root))["learner_pid"] != learner_pid and s["learner_alive"] and s, 120,
-                   "the learner to come back")
+        st = wait_until(lambda: (s := read_status(root))["learner_pid"] != learner_pid and s["learner_alive"] and s,
+                        120, "the learner to come back")
         assert st["loaded_from"] and st["learner_steps"] >= saved  # never back beyond the last save
         assert st["ticks"] > ticks  # the bots kept acting
         steps = st["learner_steps"]
-        _wait(lambda: _status(root)["learner_steps"] > steps, 120, "training to continue")
+        wait_until(lambda: read_status(root)["learner_steps"] > steps, 120, "training to continue")
 
         # SIGTERM: every bot stops, the learner makes its final save, Ray goes away.
         p.send_signal(signal.SIGTERM)
@@ -147,7 +125,7 @@ def test_a_cluster_trains_survives_kills_of_a_bot_and_the_learner_and_closes_on_
     assert "Traceback" not in err
     final = read_checkpoint(str(weights / "sac_latest.zip"))
     assert final["manifest"]["step"] >= steps
-    _wait(lambda: not (_ray_pids() - before), 30, "every Ray process to exit")
+    wait_until(lambda: not (_ray_pids() - before), 30, "every Ray process to exit")
     assert int(open(root / "bot1" / "round_counter.txt").read()) > 0  # liveness per bot
 
 

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import ACT_SPACE, OBS_SPACE, StderrWatcher, dir_digests, play, small_cfg
+from helpers import ACT_SPACE, OBS_SPACE, StderrWatcher, dir_digests, pid_alive, play, small_cfg, wait_until
 
 from sacbot.agent import Agent, AgentError, LatencyWindow
 from sacbot.checkpoint import read_checkpoint
@@ -216,12 +216,6 @@ def test_a_failed_final_save_exits_3_and_says_so(tmp_path, learner_kind):
     assert "Traceback" not in p.stderr
 
 
-def _wait_for(path, timeout):
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{path} did not appear in {timeout} s")
-        time.sleep(0.05)  # polling a file the child writes: the child's output is the signal
 
 
 @pytest.mark.timeout(120)
@@ -236,7 +230,7 @@ def test_sigterm_closes_promptly_in_every_pace_with_a_final_save(tmp_path, pace,
     watch = StderrWatcher(p)
     try:
         if pace == "realtime":
-            _wait_for(str(tmp_path / "run" / "status.json"), 60)  # written on the first tick
+            wait_until(lambda: os.path.exists(tmp_path / "run" / "status.json"), 60, "the first tick")
         else:
             watch.wait_line("learning started", 60)
         t0 = time.monotonic()
@@ -311,32 +305,15 @@ def test_bots_of_a_runner_killed_with_sigkill_close_themselves(tmp_path):
     runner = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     status = root / "bot0" / "run" / "status.json"
     try:
-        _wait_for(str(status), 60)
+        wait_until(lambda: os.path.exists(status), 60, "the bot's first tick")
         import json
         pid = json.loads(status.read_text())["pid"]
         os.kill(runner.pid, signal.SIGKILL)
         runner.wait(10)
-        deadline = time.monotonic() + 60
-        while _pid_alive(pid):
-            assert time.monotonic() < deadline, f"bot {pid} still runs 60 s after its runner died"
-            time.sleep(0.1)  # polling the OS for the orphan's exit: no other signal exists
+        wait_until(lambda: not pid_alive(pid), 60, f"bot {pid} to exit after its runner died")
     finally:
         runner.kill()
     ck = read_checkpoint(str(root / "bot0" / "weights" / "sac_latest.zip"))  # it closed with a final save
     assert ck["meta"]["env_steps"] > 0
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"  # a zombie has exited
-    except FileNotFoundError:
-        return False
-
-
-def test_a_bot_whose_checkpoints_would_pass_the_read_cap_is_a_config_error_before_any_file(tmp_path):
-    """Such a bot trained, and every save failed at the cap; now it does not start."""
-    cfg = small_cfg(tmp_path, buffer_size=10_000_000, hidden=64)
-    with pytest.raises(ConfigError, match="buffer_size = 10000000 makes checkpoints of up to"):
-        Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
-    assert not os.path.exists(cfg.weights_path)
