@@ -135,6 +135,9 @@ def handle_message(state: TrainingState, msg, source: int = 0) -> bool:
     return False
 
 
+MAX_PASS_STEPS = 256  # ~1-3 s of updates at the default sizes on one core
+
+
 def steps_owed(state: TrainingState) -> int:
     """Gradient steps for the transitions drained: pending x UTD, remainder carried."""
     owed = state.pending * state.cfg.utd_ratio + state.utd_carry
@@ -167,6 +170,11 @@ def train_pass(state: TrainingState, offer_save: Callable[[TrainingState], bool]
     n = steps_owed(state)  # consumes what was drained; the fraction carries
     if not ready_to_learn(state):
         n = 0  # steps owed before learning starts are not made up later
+    elif n > MAX_PASS_STEPS:
+        # A learner behind its bots (a cluster, a burst) would otherwise run one pass of thousands of
+        # steps, publishing and reporting nothing meanwhile; the rest stays owed for the next passes.
+        state.utd_carry += n - MAX_PASS_STEPS
+        n = MAX_PASS_STEPS
     sums: dict[str, float] = {}
     done = 0
     n_seq, seq_len, burn_in = _windows(cfg)
@@ -303,7 +311,9 @@ class LearnerLoop:
         while not self.stop.is_set():
             msg = self.inbox.recv(timeout=0.1)
             if msg is None:
-                if self._collect_io():
+                if self.state.utd_carry >= 1 and ready_to_learn(self.state):
+                    self._pass()  # steps still owed from a capped pass: no need to wait for data
+                elif self._collect_io():
                     self.push_status(self.status())  # a save finished while no data came
                 continue
             # An item is a Message (source 0) or a (source, Message) pair from a many-bot learner.

@@ -544,3 +544,19 @@ def test_the_learner_loop_takes_source_message_pairs_and_plain_messages(tmp_path
     got = sorted((int(r.source[i]), float(r.obs[i, 0])) for i in rows)
     assert got == [(0, 0.0), (0, 1.0), (0, 2.0), (0, 3.0), (0, 4.0), (7, 100.0), (7, 101.0), (7, 102.0), (7, 103.0)]
     assert loop.state.opponent == {0: "a", 7: "b"} and loop.final_save["ok"]
+
+
+def test_a_long_backlog_is_trained_in_capped_passes_and_nothing_owed_is_lost(tmp_path):
+    """A learner behind its bots used to run one pass of every owed step, publishing nothing
+    until it ended; passes are capped and the rest stays owed."""
+    from sacbot.training import MAX_PASS_STEPS
+
+    st = TrainingState.fresh(small_cfg(tmp_path, learning_starts=0, utd_ratio=2, hidden=4), 3, 1)
+    n = MAX_PASS_STEPS // 2 + 10  # owes 2n > MAX_PASS_STEPS steps
+    for i in range(n):
+        handle_message(st, tr(i))
+    first = train_pass(st)
+    assert first["grad_steps"] == MAX_PASS_STEPS and first["drained"] == n
+    assert st.utd_carry == pytest.approx(2 * n - MAX_PASS_STEPS)
+    second = train_pass(st)  # no new data: the carried steps are taken
+    assert second["grad_steps"] == 2 * n - MAX_PASS_STEPS and st.grad_steps == 2 * n
