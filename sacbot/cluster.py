@@ -219,7 +219,7 @@ def _progress(st: dict, cfg: Config) -> None:
         return
     _last_line[0] = time.monotonic()
     warn = "  BOTS OUTRUN THE LEARNER" if st.get("outrun") else ""
-    alive = "" if st.get("learner_alive", True) else "  learner DOWN"
+    alive = "" if st.get("learner_alive", True) else f"  learner NOT ANSWERING ({st.get('last_error')})"
     line = (f"cluster: {len(st['bots'])} bots  ticks {st['ticks']}  episodes {st['episodes']}  "
             f"learner steps {st.get('learner_steps', 0)}  v{st.get('policy_version', 0)}  "
             f"replay ratio {st.get('replay_ratio', 0)}/{st.get('replay_ratio_target', 0)}  "
