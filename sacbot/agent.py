@@ -91,6 +91,8 @@ class Agent:
         self.loaded_from: str | None = None
         self.final_save: dict | None = None  # set by close(): {"ok": bool, "path" or "error"}
         self.learner = None
+        self._episode_sent = True  # the learner knows where this episode starts
+        self.unsent = 0  # transitions not sent because their episode's start could not be
         try:
             make_dir(cfg.run_dir, "--run-dir")
         except AssembleError as e:
@@ -173,13 +175,15 @@ class Agent:
         self._last_obs = None
         self._ep_return += tr.reward
         self._ep_len += 1
-        if self.learner is not None and not self._closed:
+        if self.learner is not None and not self._closed and self._episode_sent:
             if self.learning_starts_left > 0:
                 self.learning_starts_left -= 1
             if self.learner.send([tr]):
                 self.sent += 1
                 if self.cfg.pace == "lockstep":
                     self.learner.wait_processed(self.sent, timeout=600.0)
+        elif self.learner is not None and not self._closed:
+            self.unsent += 1  # its episode's start did not get through
         if tr.terminated or tr.truncated:
             won = info.get("won") if info else None
             self._end_episode(bool(won) if isinstance(won, bool | np.bool_) else None)
@@ -200,7 +204,10 @@ class Agent:
         self._ep_return, self._ep_len = 0.0, 0
         self._latency.reset()
         if self.learner is not None and not self._closed:
-            self.learner.send([NewEpisode(self.opponent)])
+            # If even the reserved places are full (a learner minutes behind), this episode is not
+            # sent at all: its transitions would otherwise be chained to the previous episode, or
+            # skip an opponent change's clear.  Its drops are counted like the others.
+            self._episode_sent = self.learner.send([NewEpisode(self.opponent)]) == 1
 
     def _end_episode(self, won: bool | None) -> None:
         self.episodes += 1
@@ -271,7 +278,7 @@ class Agent:
             ls = dict(self.learner.status())
             ls.pop("processed", None)
             ls.pop("policy_version_published", None)
-            drops = {**self.learner.drops(), "save": ls.pop("save_drops", 0)}
+            drops = {**self.learner.drops(), "save": ls.pop("save_drops", 0), "episode_not_started": self.unsent}
             st.update(ls, drops=drops)
         if self.final_save is not None:
             st["final_save"] = self.final_save

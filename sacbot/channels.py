@@ -31,19 +31,22 @@ class Channel:
         self._drops = {"transition": 0, "other": 0}
         self.capacity = capacity
 
-    def send(self, msg, control_wait: float = 5.0) -> bool:
+    def send(self, msg, control_wait: float = 0.0) -> bool:
         """Queue ``msg`` if there is room; otherwise drop it and count.  A transition never
         blocks and is dropped once ``capacity`` messages are queued.  A control message takes a
-        reserved place; only if the learner has let even those fill up does it wait (up to
-        ``control_wait`` s) before it is dropped and counted."""
+        reserved place; if the learner has let even those fill up, it is dropped and counted (the
+        acting thread never waits), unless the caller allows ``control_wait`` s (a close's
+        Shutdown does)."""
         is_tr = isinstance(msg, Transition)
         try:
             if is_tr:
                 if self._q.qsize() >= self.capacity:
                     raise queue.Full
                 self._q.put_nowait(msg)
-            else:
+            elif control_wait > 0:
                 self._q.put(msg, timeout=control_wait)
+            else:
+                self._q.put_nowait(msg)
             return True
         except queue.Full:
             with self._lock:

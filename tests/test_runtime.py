@@ -560,3 +560,35 @@ def test_a_long_backlog_is_trained_in_capped_passes_and_nothing_owed_is_lost(tmp
     assert st.utd_carry == pytest.approx(2 * n - MAX_PASS_STEPS)
     second = train_pass(st)  # no new data: the carried steps are taken
     assert second["grad_steps"] == 2 * n - MAX_PASS_STEPS and st.grad_steps == 2 * n
+
+
+@pytest.mark.timeout(30)
+def test_a_learner_far_behind_never_makes_new_episode_wait_and_no_episode_is_chained(tmp_path):
+    """With even the reserved control places full, new_episode() used to wait 5 s on the acting
+    thread; now the episode is not sent at all (counted), so its transitions cannot be chained to
+    the previous episode."""
+    from sacbot.learner import LearnerLink
+    from sacbot.sac import SACLSTMLearner
+
+    class Stalled(LearnerLink):  # a learner that never drains its queue
+        def wait_ready(self, timeout):
+            return True
+
+        def close(self, acting_rng=None, timeout=0.0):
+            return {**self.status(), "final_save": {"ok": True}}
+
+    cfg = small_cfg(tmp_path)
+    link = Stalled(queue_size=2)
+    link.publish(SACLSTMLearner(3, 1, cfg).export_actor())
+    agent = Agent(cfg, OBS_SPACE, ACT_SPACE, learner=link)
+    while link.outbox.send(NewEpisode("filler")):
+        pass  # every reserved place taken
+    queued = link.outbox._q.qsize()
+    agent.new_episode("x")  # returns at once: acting never waits
+    for _ in range(3):
+        agent.act(np.zeros(3))
+        agent.observe(0.0, np.zeros(3), False, False)
+    assert link.outbox._q.qsize() == queued  # nothing of that episode went out
+    st = agent.status()
+    assert st["drops"]["other"] >= 1 and st["drops"]["episode_not_started"] == 3
+    agent.close()
