@@ -12,7 +12,9 @@ Usage, from any game or env loop::
         print(agent.status())
 
 ``act`` returns an action inside ``action_space``; ``observe`` validates the step and
-hands it to the training thread through a bounded queue (dropped and counted if full).
+hands it to the learner through its boundary (``sacbot.learner``: a bounded queue, dropped and
+counted if full).  The Agent holds only that handle, the numpy params, and its own counters;
+``sacbot.assemble`` builds the learner (a thread, a child process, or a cluster's Ray actor).
 ``info`` is optional; a boolean ``info["won"]`` at an episode's end is recorded as its outcome
 (episodes.jsonl, eval win rates).
 In eval mode (``cfg.eval_mode``) actions are deterministic and nothing is sent or saved.
