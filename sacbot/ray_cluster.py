@@ -56,6 +56,39 @@ def require_ray():
 
 
 # --- the learner actor ------------------------------------------------------------------------
+class InOrder:
+    """Puts one sender's numbered batches back in order.  At most ``window`` calls are in flight
+    per sender, so more than ``window`` batches waiting behind a gap means the gap's batch was lost
+    (its call failed): it is skipped, counted in ``lost``.  The first call seen starts the count at
+    ``floor``, the oldest number its sender still had in flight (a restarted learner meets a
+    sender mid-stream); a number already passed is a retried duplicate and is dropped.
+    ``seq=None`` delivers at once (an unnumbered sender)."""
+
+    def __init__(self, window: int):
+        self.window, self.next, self.held, self.lost = window, None, {}, 0
+
+    def put(self, seq: int | None, floor: int | None, batch) -> list:
+        if seq is None:
+            return [batch]
+        if self.next is None:
+            self.next = seq if floor is None else floor
+        if seq < self.next:
+            return []
+        self.held[seq] = batch
+        out = []
+        while True:
+            if self.next in self.held:
+                out.append(self.held.pop(self.next))
+                self.next += 1
+            elif len(self.held) > self.window:
+                gap_end = min(self.held)
+                self.lost += gap_end - self.next
+                self.next = gap_end
+            else:
+                return out
+
+
+
 class LearnerServer:
     """The body of the Ray learner actor (wrapped with ``ray.remote`` by :func:`learner_actor`).
 
@@ -93,6 +126,7 @@ class LearnerServer:
         self._snap_ref = None
         self._status: dict = {}
         self._bots: dict[int, dict] = {}
+        self._order: dict[int, InOrder] = {}
         self._received = 0
         self._dropped_here = 0
         self._lock = threading.Lock()
@@ -121,22 +155,31 @@ class LearnerServer:
             self._ready.set()
 
     # --- the boundary, as Ray methods -------------------------------------------------------
-    def send(self, source: int, data: bytes, info: dict | None = None) -> int:
+    def send(self, source: int, data: bytes, info: dict | None = None, seq: tuple[int, int] | None = None) -> int:
         """Take a batch from bot ``source``; ``info`` is the bot's own counters (policy version,
-        drops, ticks).  Returns the newest published version."""
+        drops, ticks); ``seq`` is (this batch's number, the oldest number the bot still has in
+        flight).  Returns the newest published version.
+
+        This actor runs several calls at once (pulls and status must not wait behind sends), so
+        Ray does not keep one bot's calls in order: the batches are put back in ``seq`` order
+        before their messages reach the learner (an episode's start before its transitions)."""
         try:
             msgs = decode_batch(data)
         except MessageError as e:
             log.error("bot %s sent an undecodable batch: %s", source, e)
             return self._snap[0]
+        source = int(source)
         with self._lock:
             if info is not None:
-                self._bots[int(source)] = {**info, "time": time.time()}
-        for m in msgs:
-            if self.inbox.send((int(source), m)):
-                self._received += 1
-            else:
-                self._dropped_here += 1
+                self._bots[source] = {**info, "time": time.time()}
+            ready = self._order.setdefault(source, InOrder(MAX_IN_FLIGHT)).put(
+                *(seq if seq is not None else (None, None)), msgs)
+            for batch in ready:  # under the lock: two calls never interleave their batches
+                for m in batch:
+                    if self.inbox.send((source, m)):
+                        self._received += 1
+                    else:
+                        self._dropped_here += 1
         return self._snap[0]
 
     def pull(self, version: int):
@@ -226,6 +269,7 @@ class RayLearnerClient(LearnerLink):
         self.learner, self.source = learner, int(source)
         self._stop = threading.Event()
         self.acting_version = 0  # the actor version the bot plays (its policy lag is measured from it)
+        self._seq = 0  # numbers this bot's batches, so the learner can keep them in order
         self.lost_in_flight = 0
         self._threads = [threading.Thread(target=self._send_loop, name="sacbot-sender", daemon=True),
                          threading.Thread(target=self._pull_loop, name="sacbot-puller", daemon=True)]
@@ -235,6 +279,7 @@ class RayLearnerClient(LearnerLink):
     def _send_loop(self) -> None:
         ray = require_ray()
         in_flight: list = []
+        seq_of: dict = {}  # in-flight call -> its batch number; the oldest tells the learner where we are
         while not self._stop.is_set():
             msg = self.outbox.recv(timeout=0.1)
             if msg is None:
@@ -242,10 +287,15 @@ class RayLearnerClient(LearnerLink):
             batch = [msg] + self.outbox.drain()
             while len(in_flight) >= MAX_IN_FLIGHT and not self._stop.is_set():
                 done, in_flight = ray.wait(in_flight, num_returns=1, timeout=1.0)
+                for ref in done:
+                    seq_of.pop(ref, None)
                 self._settle(ray, done)
             info = {"policy_version": self.acting_version, "drops": self.outbox.drops,
                     "lost_in_flight": self.lost_in_flight}
-            in_flight.append(self.learner.send.remote(self.source, encode_batch(batch), info))
+            self._seq += 1
+            seq_of[(ref := self.learner.send.remote(self.source, encode_batch(batch), info,
+                                                    (self._seq, min([self._seq, *seq_of.values()]))))] = self._seq
+            in_flight.append(ref)
         if in_flight:  # what is still on its way gets a moment to land
             done, _ = ray.wait(in_flight, num_returns=len(in_flight), timeout=5.0)
             self._settle(ray, done)
