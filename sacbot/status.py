@@ -84,6 +84,16 @@ def format_status(run_dir: str) -> tuple[str, int]:
         ("last save", f"{last_save.get('path')} ({_age(last_save.get('time'))})" if last_save else "none"),
         ("last error", st.get("last_error") or "none"),
     ]
+    if "replay_ratio" in st:  # a cluster's learner (sacbot cluster)
+        rows.insert(7, ("replay ratio", f"{st.get('replay_ratio')} of {st.get('replay_ratio_target')} "
+                                        f"(capacity {st.get('capacity_samples_per_s')} samples/s)"
+                                        + ("; BOTS OUTRUN THE LEARNER" if st.get("outrun") else "")))
+    bots = st.get("bots")
+    if isinstance(bots, dict):
+        for name, b in sorted(bots.items()):
+            if isinstance(b, dict):
+                rows.append((f"bot{name}", f"pid {b.get('pid')}, ticks {b.get('ticks')}, episodes {b.get('episodes')}"
+                                           f", policy lag {b.get('policy_lag')}, restarts {b.get('restarts')}"))
     evals = os.path.join(run_dir, "evals.jsonl")
     if os.path.exists(evals):
         try:
