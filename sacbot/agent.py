@@ -28,6 +28,7 @@ import os
 import threading
 import time
 from collections import defaultdict, deque
+from collections.abc import Mapping
 
 import gymnasium as gym
 import numpy as np
@@ -167,6 +168,8 @@ class Agent:
             self._observe(reward, next_obs, terminated, truncated, info)
 
     def _observe(self, reward, next_obs, terminated, truncated, info: dict | None) -> None:
+        if info is not None and not isinstance(info, Mapping):
+            raise MessageError(f"info must be a dict (or None), got {type(info).__name__}")
         if self._last_obs is None:
             raise AgentError("observe() needs a preceding act() in the same episode")
         # obs was checked in act() and the action came from the policy: only the new

@@ -37,7 +37,8 @@ class Channel:
         reserved place; if the learner has let even those fill up, it is dropped and counted (the
         acting thread never waits), unless the caller allows ``control_wait`` s (a close's
         Shutdown does)."""
-        is_tr = isinstance(msg, Transition)
+        # A many-bot learner's inbox holds (source, message) pairs: classify the message.
+        is_tr = isinstance(msg[1] if isinstance(msg, tuple) else msg, Transition)
         try:
             if is_tr:
                 if self._q.qsize() >= self.capacity:

@@ -59,9 +59,11 @@ class _Signals:
 
     def __init__(self, stop: threading.Event):
         self.stop = stop
+        self.count = 0  # signals seen: the run itself sets ``stop`` (--steps reached), not a signal
 
     def __call__(self, signum, frame):
-        if self.stop.is_set():
+        self.count += 1
+        if self.count > 1:
             os._exit(128 + signum)
         print(f"sacbot: {signal.Signals(signum).name}: closing (final save); send again to exit now",
               file=sys.stderr, flush=True)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 import time
@@ -72,8 +73,9 @@ class ProcessLearner(LearnerLink):
             batch = [msg] + self.outbox.drain()
             try:
                 self._to_child.send_bytes(encode_batch(batch))
-            except (OSError, ValueError):  # the child is gone: what was queued is lost, and said so
-                self._dead()
+            except (OSError, ValueError):  # the child is gone (or we closed the pipe): said so
+                if not self._closed.is_set():
+                    self._dead()
                 return
             if any(isinstance(m, Shutdown) for m in batch):
                 return
@@ -113,6 +115,7 @@ class ProcessLearner(LearnerLink):
         self.outbox.send(Shutdown(acting_rng or ""), control_wait=timeout)
         self._closed.set()
         self._sender.join(timeout)
+        self._to_child.close()  # EOF: a child that never got the Shutdown still drains and saves
         self.proc.join(timeout)
         if self.proc.is_alive():
             log.error("the learner process did not finish within %.0f s; stopping it", timeout)
@@ -122,7 +125,7 @@ class ProcessLearner(LearnerLink):
                 self.proc.kill()
                 self.proc.join(5.0)
         self._receiver.join(10.0)
-        self._to_child.close()
+        self._from_child.close()
         st = dict(self.status())
         if "final_save" not in st:
             st["final_save"] = {"ok": False, "error": f"the learner process exited with code {self.proc.exitcode} "
@@ -143,12 +146,20 @@ class _ChildPipes:
         self._pending: dict | None = None
         self._last_sent = 0.0
         self.parent_gone = False
+        self.terminated = False
 
     def _orphaned(self) -> list:
         self.parent_gone = True
         return [Shutdown("")]
 
+    def terminate(self) -> None:
+        """SIGTERM: the next receive is a Shutdown (the loop drains, saves and ends)."""
+        self.terminated = True
+
     def recv(self, timeout: float):
+        if self.terminated:  # what already came goes in first, then the Shutdown
+            self.terminated = False
+            self._buffered = self.drain() + [Shutdown("")]
         if self._buffered:
             return self._buffered.pop(0)
         self._flush(wait=True)
@@ -203,12 +214,17 @@ class _ChildPipes:
 def child_main(spec: LearnerSpec, resume_path: str | None, conn_in: Connection, conn_out: Connection,
                parent_pid: int, pace: str) -> None:
     """Entry point of the learner process (spawned: a fresh interpreter that imports torch)."""
+    # Signals to the whole process group (Ctrl-C in a terminal, systemd's stop) reach us too.
+    # SIGINT is the bot's to handle: it closes us with a Shutdown.  SIGTERM alone (the bot is
+    # gone or stuck) ends the loop as a Shutdown would: drain, final save, exit.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(stream=sys.stderr, format="sacbot: %(message)s", level=logging.INFO)
     from .checkpoint import CheckpointError, read_checkpoint
     from .lock import LockHeld, WriterLock
     from .training import LearnerLoop
 
     pipes = _ChildPipes(conn_in, conn_out, parent_pid, lockstep=(pace == "lockstep"))
+    signal.signal(signal.SIGTERM, lambda *_: pipes.terminate())
     lock = WriterLock(spec.weights_dir)
     try:
         _acquire(lock, 30.0)  # the parent let go of it just before starting us

@@ -93,3 +93,26 @@ def test_a_killed_bot_leaves_no_orphan_learner_and_its_work_is_saved(tmp_path):
         p.kill()
     ck = read_checkpoint(str(tmp_path / "w" / "sac_latest.zip"))  # its final save on the way out
     assert ck["meta"]["env_steps"] >= 50
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_whole_process_group_closes_with_the_final_save(tmp_path, sig):
+    """systemd's stop and Ctrl-C signal the bot and its learner process together: the learner
+    used to die at once (SIGTERM, no final save) or log a KeyboardInterrupt as a failure (SIGINT)."""
+    args = ["run", "--learner", "process", "--env", "Pendulum-v1", "--pace", "realtime", "--tps", "200",
+            "--learning-starts", "50", "--run-dir", str(tmp_path / "run"), "--weights-path", str(tmp_path / "w"),
+            "--quiet"]
+    p = subprocess.Popen(SACBOT + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    watch = StderrWatcher(p)
+    try:
+        watch.wait_line("learning started", 90)
+        os.killpg(p.pid, sig)
+        p.wait(timeout=60)
+    finally:
+        p.kill()
+    err = watch.rest(5)
+    assert p.returncode == 0, err
+    assert "failed" not in err and "Traceback" not in err
+    ck = read_checkpoint(str(tmp_path / "w" / "sac_latest.zip"))
+    assert ck["meta"]["grad_steps"] > 0  # the work up to the signal, not a step-0 file
