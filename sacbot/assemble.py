@@ -65,13 +65,17 @@ def assemble(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log: Callabl
     if cfg.eval_mode:
         return _eval(cfg, obs_dim, act_dim, log)
     if learner is not None:
-        return _attach(cfg, learner)
+        return _attach(cfg, learner, obs_dim, act_dim)
     return _train(cfg, obs_dim, act_dim, spaces, log)
 
 
-def _attach(cfg: Config, learner) -> Start:
+def _attach(cfg: Config, learner, obs_dim: int, act_dim: int) -> Start:
     """A bot that feeds a learner someone else runs (and saves): it writes no weights, takes no
     lock, and starts from the learner's newest actor."""
+    theirs = learner.spaces() if hasattr(learner, "spaces") else None
+    if theirs is not None and tuple(theirs) != (obs_dim, act_dim):
+        raise AssembleError(f"this game's spaces (obs_dim {obs_dim}, act_dim {act_dim}) are not the learner's "
+                            f"(obs_dim {theirs[0]}, act_dim {theirs[1]}): join a learner of this env")
     if not learner.wait_ready(timeout=300.0):
         raise AssembleError(f"the learner did not publish an actor in 300 s ({learner.status().get('last_error')})")
     got = learner.pull(0)
@@ -114,16 +118,41 @@ def _pretrained(cfg: Config, expect: dict, log):
 
 
 # --- training ---------------------------------------------------------------------------------
-def _train(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log) -> Start:
+def check_settings(cfg: Config, obs_dim: int, act_dim: int) -> None:
+    """What a learner would refuse, found before any file exists: checkpoints over the read cap,
+    a GPU that is not there.  (``sacbot cluster`` runs it in its driver too.)"""
     need = ck.checkpoint_byte_cap(obs_dim, act_dim, cfg.hidden, cfg.buffer_size, cfg.save_replay)
     if need > ck.MAX_CHECKPOINT_BYTES:  # its checkpoints could never be written, nor read back
         raise ConfigError(f"hidden = {cfg.hidden} with buffer_size = {cfg.buffer_size} makes checkpoints of up to "
                           f"{need:,} bytes, over sacbot's cap of {ck.MAX_CHECKPOINT_BYTES:,} (bounded reads, "
                           "docs/operations.md): lower --buffer-size, or pass --no-save-replay")
-    if cfg.device != "cpu":  # a GPU that is not there stops the start before any file exists
+    if cfg.device != "cpu":
         from .sac import resolve_device  # torch, here only because a GPU was asked for
 
         resolve_device(cfg.device)
+
+
+def check_weights_dir(cfg: Config, obs_dim: int, act_dim: int) -> None:
+    """For a learner that another process will start (a Ray actor): the directory is free, and its
+    newest readable checkpoint fits these settings.  Changes no file."""
+    make_dir(cfg.weights_dir, "--weights-path")
+    try:
+        WriterLock(cfg.weights_dir).acquire().close()
+    except LockHeld as e:
+        raise AssembleError(str(e)) from None
+    try:
+        found = ck.load_latest(cfg.weights_dir, {**cfg.to_dict(), "obs_dim": obs_dim, "act_dim": act_dim},
+                               entries=("actor",), log=lambda m: None, set_aside_bad=False,
+                               latest_name=cfg.latest_name)
+    except ck.CheckpointMismatch as e:
+        raise _mismatch(cfg, e) from None
+    if found is None and cfg.no_fresh_start and ck.candidates(cfg.weights_dir, cfg.latest_name):
+        raise AssembleError(f"no checkpoint in {cfg.weights_dir!r} loads, and --no-fresh-start refuses to start "
+                            "fresh")
+
+
+def _train(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log) -> Start:
+    check_settings(cfg, obs_dim, act_dim)
     make_dir(cfg.weights_dir, "--weights-path")
     lock = WriterLock(cfg.weights_dir)
     try:  # one writer per weights directory, held until close (the OS frees it on any exit)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import signal
 import threading
@@ -58,8 +59,9 @@ def check(cfg: Config, a: ClusterArgs) -> None:
         raise ConfigError("pace = 'lockstep' is not accepted by sacbot cluster: bots never wait on a shared "
                           "learner; use free or realtime")
     for name in ("learner_cpus", "learner_gpus", "bot_cpus", "freeze_timeout"):
-        if getattr(a, name) < 0:
-            raise ConfigError(f"--{name.replace('_', '-')} = {getattr(a, name)} is not accepted: expected >= 0")
+        v = getattr(a, name)
+        if not math.isfinite(v) or v < 0 or (name == "bot_cpus" and v > 1024):
+            raise ConfigError(f"--{name.replace('_', '-')} = {v} is not accepted: expected a finite number >= 0")
 
 
 def run_cluster(cfg: Config, a: ClusterArgs, stop: threading.Event) -> int:
@@ -80,6 +82,11 @@ def run_cluster(cfg: Config, a: ClusterArgs, stop: threading.Event) -> int:
     from .agent import space_dims
 
     obs_dim, act_dim = space_dims(env.observation_space, env.action_space)
+    if not cfg.eval_mode:  # what the learner actor would refuse, said here (exit 2 or 1), not as a Ray trace
+        from .assemble import check_settings, check_weights_dir
+
+        check_settings(cfg, obs_dim, act_dim)
+        check_weights_dir(cfg, obs_dim, act_dim)
     low, high = env.action_space.low, env.action_space.high
     spaces = {"obs_dim": obs_dim, "act_dim": act_dim, "obs_shape": list(env.observation_space.shape),
               "action_low": low.astype(float).tolist(), "action_high": high.astype(float).tolist()}
@@ -109,7 +116,15 @@ def _run(ray, cfg, a, stop, obs_dim, act_dim, spaces) -> int:
                            weights_dir=os.path.abspath(cfg.weights_dir), latest_name=cfg.latest_name)
         os.makedirs(os.path.dirname(spec.metrics_path), exist_ok=True)
         learner = learner_actor(spec, cfg.queue_size * max(4, a.bots), a.learner_cpus, a.learner_gpus)
-        ray.get(learner.pid.remote(), timeout=300)  # built, and its first actor published
+        try:
+            ray.get(learner.pid.remote(), timeout=300)  # built, and its first actor published
+            first = ray.get(learner.status.remote(), timeout=60)
+        except Exception as e:  # noqa: BLE001 - Ray wraps the actor's error: say it in one line
+            log.error("the learner actor could not start: %s", str(e).strip().splitlines()[-1][:500])
+            return 1
+        if first.get("start_error"):
+            log.error("the learner could not start: %s", first["start_error"])
+            return 2 if first.get("start_error_kind") == "config" else 1
     bots = [bot_actor(bot_config(cfg, i, os.path.abspath(a.root)), i, a.bot_cpus) for i in range(a.bots)]
     runs = {i: b.run.remote() for i, b in enumerate(bots)}
     hb = Heartbeat(os.path.join(a.root, "status.json"))
@@ -129,6 +144,11 @@ def _run(ray, cfg, a, stop, obs_dim, act_dim, spaces) -> int:
                 learner_status = {**learner_status, "learner_alive": False,
                                   "last_error": f"learner unreachable: {type(e).__name__}"}
         watch.check()
+        if learner_status.get("learner_error"):  # its thread died: stop, so a person (or Ray) acts
+            log.error("the learner failed: %s; stopping the cluster (its last good checkpoint is kept)",
+                      learner_status["learner_error"])
+            code = 1
+            break
         st = {**_status(a, cfg, started, learner_status, watch), "ray_address": address}
         hb.maybe_write(lambda st=st: st)
         _progress(st, cfg)
@@ -144,10 +164,14 @@ def _run(ray, cfg, a, stop, obs_dim, act_dim, spaces) -> int:
             final = {"final_save": {"ok": False, "error": f"{type(e).__name__}: {e}"}}
         fs = final.get("final_save") or {}
         log.info("final checkpoint: %s", fs.get("path") if fs.get("ok") else f"NOT written ({fs.get('error')})")
-        code = 0 if fs.get("ok") else 3
+        code = max(code, 0 if fs.get("ok") else 3)
         if final.get("learner_error"):
             log.error("the learner failed: %s", final["learner_error"])
             code = 1
+    failed = [i for i, r in results.items() if "error" in r]
+    if failed:
+        log.error("bots %s could not finish their runs: %s", failed, results[failed[0]]["error"][:300])
+        code = code or 1
     st = _status(a, cfg, started, final or learner_status, watch, results)
     hb.maybe_write(lambda: st, force=True)
     print()

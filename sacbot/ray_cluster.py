@@ -33,6 +33,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 
 from .config import Config, ConfigError
 from .learner import LearnerLink, LearnerSpec
@@ -64,8 +65,8 @@ class InOrder:
     sender mid-stream); a number already passed is a retried duplicate and is dropped.
     ``seq=None`` delivers at once (an unnumbered sender)."""
 
-    def __init__(self, window: int):
-        self.window, self.next, self.held, self.lost = window, None, {}, 0
+    def __init__(self, window: int, client: str | None = None):
+        self.window, self.client, self.next, self.held, self.lost = window, client, None, {}, 0
 
     def put(self, seq: int | None, floor: int | None, batch) -> list:
         if seq is None:
@@ -127,6 +128,7 @@ class LearnerServer:
         self._status: dict = {}
         self._bots: dict[int, dict] = {}
         self._order: dict[int, InOrder] = {}
+        self._refused = 0  # messages of refused batches
         self._received = 0
         self._dropped_here = 0
         self._lock = threading.Lock()
@@ -155,10 +157,10 @@ class LearnerServer:
             self._ready.set()
 
     # --- the boundary, as Ray methods -------------------------------------------------------
-    def send(self, source: int, data: bytes, info: dict | None = None, seq: tuple[int, int] | None = None) -> int:
+    def send(self, source: int, data: bytes, info: dict | None = None, seq: tuple | None = None) -> int:
         """Take a batch from bot ``source``; ``info`` is the bot's own counters (policy version,
         drops, ticks); ``seq`` is (this batch's number, the oldest number the bot still has in
-        flight).  Returns the newest published version.
+        flight, the sending client's id).  Returns the newest published version.
 
         This actor runs several calls at once (pulls and status must not wait behind sends), so
         Ray does not keep one bot's calls in order: the batches are put back in ``seq`` order
@@ -168,12 +170,21 @@ class LearnerServer:
         except MessageError as e:
             log.error("bot %s sent an undecodable batch: %s", source, e)
             return self._snap[0]
+        bad = self._refuse(source, msgs)
+        if bad:  # one careless client must not stop (or poison) the learner every bot shares
+            log.error("bot %s: batch refused: %s", source, bad)
+            with self._lock:
+                self._refused += len(msgs)
+            return self._snap[0]
         source = int(source)
+        number, floor, client = (seq if seq is not None else (None, None, None))
         with self._lock:
             if info is not None:
                 self._bots[source] = {**info, "time": time.time()}
-            ready = self._order.setdefault(source, InOrder(MAX_IN_FLIGHT)).put(
-                *(seq if seq is not None else (None, None)), msgs)
+            order = self._order.get(source)
+            if order is None or order.client != client:  # a new (or restarted) bot on this source
+                order = self._order[source] = InOrder(MAX_IN_FLIGHT, client)
+            ready = order.put(number, floor, msgs)
             for batch in ready:  # under the lock: two calls never interleave their batches
                 for m in batch:
                     if self.inbox.send((source, m)):
@@ -181,6 +192,32 @@ class LearnerServer:
                     else:
                         self._dropped_here += 1
         return self._snap[0]
+
+    def _refuse(self, source, msgs) -> str | None:
+        """Why a bot's batch cannot go in, or None: a source id out of range, a Shutdown (only the
+        cluster closes the learner), arrays of another bot's spaces, non-finite values."""
+        import numpy as np
+
+        from .messages import Shutdown, Transition
+
+        if not isinstance(source, int) or not 0 <= source < 2**31:
+            return f"source {source!r} is not an integer in [0, 2**31)"
+        d, a = self.spec.obs_dim, self.spec.act_dim
+        for m in msgs:
+            if isinstance(m, Shutdown):
+                return "a Shutdown: bots stop by closing their own link; the cluster closes the learner"
+            if isinstance(m, Transition):
+                if m.obs.shape != (d,) or m.next_obs.shape != (d,) or m.action.shape != (a,):
+                    return (f"transition shapes {m.obs.shape}/{m.action.shape}, the learner's spaces are "
+                            f"({d},)/({a},)")
+                if not (np.isfinite(m.obs).all() and np.isfinite(m.next_obs).all() and np.isfinite(m.action).all()
+                        and np.isfinite(m.reward)):
+                    return "non-finite values"
+        return None
+
+    def spaces(self) -> tuple[int, int]:
+        """(obs_dim, act_dim) the learner trains on: a joining bot checks its own against them."""
+        return self.spec.obs_dim, self.spec.act_dim
 
     def pull(self, version: int):
         """``(version, ObjectRef of the export bytes)`` when newer than ``version``, else None.
@@ -208,6 +245,8 @@ class LearnerServer:
             replay_ratio=round(replay_ratio, 2), replay_ratio_target=round(target, 2),
             capacity_samples_per_s=round(st.get("grad_steps_per_s", 0.0) * self.samples_per_step, 1),
             transitions_received=self._received, dropped_at_learner=self._dropped_here,
+            refused_at_learner=self._refused,
+            lost_out_of_order=sum(o.lost for o in self._order.values()),
             dropped_at_bots=bot_drops, inbox=self.inbox_size(),
             bots={str(k): {"policy_lag": version - int(b.get("policy_version", 0)),
                            "ticks": b.get("ticks"), "episodes": b.get("episodes"),
@@ -270,6 +309,8 @@ class RayLearnerClient(LearnerLink):
         self._stop = threading.Event()
         self.acting_version = 0  # the actor version the bot plays (its policy lag is measured from it)
         self._seq = 0  # numbers this bot's batches, so the learner can keep them in order
+        # A restarted bot numbers from 1 again: the learner tells the new client by this id.
+        self.client = uuid.uuid4().hex
         self.lost_in_flight = 0
         self._threads = [threading.Thread(target=self._send_loop, name="sacbot-sender", daemon=True),
                          threading.Thread(target=self._pull_loop, name="sacbot-puller", daemon=True)]
@@ -293,8 +334,8 @@ class RayLearnerClient(LearnerLink):
             info = {"policy_version": self.acting_version, "drops": self.outbox.drops,
                     "lost_in_flight": self.lost_in_flight}
             self._seq += 1
-            seq_of[(ref := self.learner.send.remote(self.source, encode_batch(batch), info,
-                                                    (self._seq, min([self._seq, *seq_of.values()]))))] = self._seq
+            seq = (self._seq, min([self._seq, *seq_of.values()]), self.client)
+            seq_of[(ref := self.learner.send.remote(self.source, encode_batch(batch), info, seq))] = self._seq
             in_flight.append(ref)
         if in_flight:  # what is still on its way gets a moment to land
             done, _ = ray.wait(in_flight, num_returns=len(in_flight), timeout=5.0)
@@ -320,7 +361,7 @@ class RayLearnerClient(LearnerLink):
                     last_status = time.monotonic()
                     st = ray.get(self.learner.status.remote(), timeout=CALL_TIMEOUT_S)
                     st.pop("bots", None)
-                    self.push_status({**st, "learner_alive": True, "learner_error": None})
+                    self.push_status(st)  # the learner's own word on whether it is alive
             except Exception as e:  # noqa: BLE001 - away or restarting: act on, say so, retry
                 self.push_status({"learner_alive": False, "learner_error": None,
                                   "last_error": f"learner unreachable: {type(e).__name__}"})
@@ -328,6 +369,10 @@ class RayLearnerClient(LearnerLink):
     def wait_ready(self, timeout: float) -> bool:
         with self._cond:
             return self._cond.wait_for(lambda: self.snapshot.version > 0, timeout)
+
+    def spaces(self) -> tuple[int, int]:
+        ray = require_ray()
+        return tuple(ray.get(self.learner.spaces.remote(), timeout=CALL_TIMEOUT_S))
 
     def pull(self, version: int):
         got = super().pull(version)

@@ -51,8 +51,10 @@ class StderrWatcher:
 
 
 def dir_digests(d) -> dict[str, str]:
-    """sha256 of every file in a directory, by name: to show that a step changed no file."""
-    return {f: hashlib.sha256(open(os.path.join(d, f), "rb").read()).hexdigest() for f in sorted(os.listdir(d))}
+    """sha256 of every file in a directory, by name: to show that a step changed no file.  The writer
+    lock's file is left out: it holds the PID of whoever last took the lock, not data."""
+    return {f: hashlib.sha256(open(os.path.join(d, f), "rb").read()).hexdigest() for f in sorted(os.listdir(d))
+            if f != ".sacbot.lock"}
 
 
 # --- a tiny bot on a 3-d observation, 1-d action game, for Agent-level tests ---------------

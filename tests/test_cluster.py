@@ -145,3 +145,19 @@ def test_eval_on_a_cluster_sends_nothing_and_writes_nothing(tmp_path):
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert {b["episodes"] for b in out["bots"].values()} == {1}
     assert not (tmp_path / "root" / "learner" / "training_metrics.jsonl").exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_cluster_with_settings_its_checkpoints_do_not_fit_is_a_config_error_not_a_ray_traceback(tmp_path):
+    weights = tmp_path / "w"
+    r = subprocess.run(SACBOT + ["run", "--env", "Pendulum-v1", "--steps", "10", "--hidden", "16", "--run-dir",
+                                 str(tmp_path / "run"), "--weights-path", str(weights), "--quiet"],
+                       capture_output=True, text=True, timeout=100)
+    assert r.returncode == 0, r.stderr
+    before = dir_digests(weights)
+    r = subprocess.run(SACBOT + ["cluster", "--bots", "1", "--env", "Pendulum-v1", "--hidden", "32", "--root",
+                                 str(tmp_path / "root"), "--weights-path", str(weights), "--quiet"],
+                       capture_output=True, text=True, timeout=100)
+    assert r.returncode == 2, r.stderr
+    assert "hidden = 16" in r.stderr and "Traceback" not in r.stderr
+    assert dir_digests(weights) == before

@@ -405,3 +405,15 @@ def test_a_senders_batches_reach_the_learner_in_order_whatever_order_ray_runs_th
     assert got == [1, 2, 4, 5, 6, 7, 8, 9] and lossy.lost == 1  # 3 came too late: a duplicate now
     fresh = InOrder(window=4)  # a restarted learner meets the bot mid-stream
     assert [b for s in (58, 57, 59) for b in fresh.put(s, 57, s)] == [57, 58, 59]
+
+
+def test_a_restarted_bot_is_a_new_client_and_its_batches_are_not_taken_for_duplicates():
+    """A bot restarted by Ray numbers its batches from 1 again; the learner used to drop all of
+    them as retried duplicates, silently, for as long as the bot had run before."""
+    from sacbot.ray_cluster import InOrder
+
+    before = InOrder(4, client="a")
+    assert [b for s in range(1, 101) for b in before.put(s, s, s)] == list(range(1, 101))
+    assert before.put(1, 1, "again") == []  # the same client: a duplicate, rightly dropped
+    restarted = InOrder(4, client="b")  # what LearnerServer.send makes when the client id changes
+    assert [b for s in (1, 2, 3) for b in restarted.put(s, 1, s)] == [1, 2, 3]

@@ -592,3 +592,36 @@ def test_a_learner_far_behind_never_makes_new_episode_wait_and_no_episode_is_cha
     st = agent.status()
     assert st["drops"]["other"] >= 1 and st["drops"]["episode_not_started"] == 3
     agent.close()
+
+
+@pytest.mark.timeout(60)
+def test_the_shared_learner_takes_a_restarted_bot_and_refuses_what_would_stop_or_poison_it(tmp_path):
+    """LearnerServer (the Ray learner's body, used here without Ray): a restarted bot numbers its
+    batches from 1 again under a new client id and is taken; a Shutdown, other spaces or
+    non-finite values from one bot are refused for the whole batch, and the learner goes on."""
+    from sacbot.learner import LearnerSpec
+    from sacbot.messages import encode_batch
+    from sacbot.ray_cluster import LearnerServer
+
+    cfg = small_cfg(tmp_path)
+    spec = LearnerSpec(config=cfg.to_dict(), obs_dim=3, act_dim=1, spaces={},
+                       metrics_path=str(tmp_path / "m.jsonl"), weights_dir=str(tmp_path / "w"))
+    server = LearnerServer(spec, queue_size=1000)
+    try:
+        batch = encode_batch([NewEpisode("x")] + [tr(i) for i in range(4)])
+        for n in (1, 2):
+            server.send(0, batch, {}, (n, 1, "first-run"))
+        assert server.status()["transitions_received"] == 10
+        server.send(0, batch, {}, (1, 1, "after-restart"))  # numbers from 1 again, a new client
+        assert server.status()["transitions_received"] == 15
+        bad = [encode_batch([Shutdown("")]),
+               encode_batch([make_transition([0, 0], [0.5], 1.0, [0, 0], False, False, obs_dim=2, act_dim=1)]),
+               encode_batch([Transition(np.zeros(3, np.float32), np.full(1, np.nan, np.float32), 0.0,
+                                        np.zeros(3, np.float32), False, False)])]
+        for b in bad:
+            server.send(1, b, {}, None)
+        st = server.status()
+        assert st["refused_at_learner"] == 3 and st["transitions_received"] == 15 and st["learner_alive"]
+    finally:
+        final = server.close(timeout=30)
+    assert final["final_save"]["ok"]
