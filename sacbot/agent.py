@@ -289,10 +289,12 @@ class Agent:
             st["final_save"] = self.final_save
         return st
 
-    def close(self, deadline: float = 60.0) -> dict:
+    def close(self, deadline: float = 300.0) -> dict:
         """Stop sending; the learner takes what is queued into its buffer (untrained), makes the
         final save (blocking, guaranteed unless its state is not finite) and exits; free the
-        weights directory.  Returns the final status, with ``final_save``."""
+        weights directory.  Returns the final status, with ``final_save``.  ``deadline`` covers the
+        learner's own (at most a 256-step pass, then the save: 60 s to hand it over, 120 s to write),
+        so a slow disk does not make us give up on a save that is still being written."""
         if self._closed:
             return self.status()
         self._closed = True
