@@ -134,8 +134,11 @@ class Agent:
         t0 = time.perf_counter_ns()
         if self._closed:
             raise AgentError("act() after close()")
-        with self._one_caller("act"):
+        self._enter("act")
+        try:
             return self._act(obs, t0)
+        finally:
+            self._calls.release()
 
     def _act(self, obs, t0: int) -> np.ndarray:
         x = self._check_obs(obs, "obs")
@@ -164,8 +167,11 @@ class Agent:
         a boolean ``info["won"]`` then is the episode's outcome."""
         if self._closed:
             raise AgentError("observe() after close()")
-        with self._one_caller("observe"):
+        self._enter("observe")
+        try:
             self._observe(reward, next_obs, terminated, truncated, info)
+        finally:
+            self._calls.release()
 
     def _observe(self, reward, next_obs, terminated, truncated, info: dict | None) -> None:
         if info is not None and not isinstance(info, Mapping):
@@ -198,8 +204,11 @@ class Agent:
         The calling thread owns the episode: act()/observe() from another thread are refused."""
         if self._closed:
             raise AgentError("new_episode() after close()")
-        with self._one_caller("new_episode", claim=True):
+        self._enter("new_episode", claim=True)
+        try:
             self._new_episode(opponent)
+        finally:
+            self._calls.release()
 
     def _new_episode(self, opponent) -> None:
         self.opponent = str(opponent)
@@ -241,9 +250,10 @@ class Agent:
         return (float(np.mean([r for r, _ in self.recent])) if self.recent else None,
                 float(np.mean(won)) if won else None)
 
-    def _one_caller(self, what: str, claim: bool = False):
-        """Refuse a call that overlaps another, or that comes from a thread other than the one
-        that started the episode (``claim``: this call starts one and takes it over)."""
+    def _enter(self, what: str, claim: bool = False) -> None:
+        """Take the one-caller lock (the caller releases it), refusing a call that overlaps another
+        or comes from a thread other than the one that started the episode (``claim``: this call
+        starts one and takes it over)."""
         me = threading.get_ident()
         if not self._calls.acquire(blocking=False):
             raise AgentError(f"{what}() called while another thread is inside act/observe/new_episode: "
@@ -255,7 +265,6 @@ class Agent:
             raise AgentError(f"{what}() from thread {threading.current_thread().name!r}, but this episode "
                              "was started by another thread: an Agent serves one game loop; give each "
                              "loop its own Agent (or call new_episode() from the new thread first)")
-        return _Release(self._calls)
 
     def _check_obs(self, obs, name: str) -> np.ndarray:
         try:
@@ -312,21 +321,6 @@ class Agent:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-class _Release:
-    """Context manager that releases an already acquired lock."""
-
-    __slots__ = ("_lock",)
-
-    def __init__(self, lock: threading.Lock):
-        self._lock = lock
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._lock.release()
 
 
 class LatencyWindow:

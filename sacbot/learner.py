@@ -91,7 +91,6 @@ class LearnerLink:
         self._reader = SnapshotReader(self.snapshot)
         self._status: dict = {"learner_alive": True, "processed": 0}
         self._cond = threading.Condition()
-        self.sent = 0  # transitions accepted by the queue
 
     # --- learner side ---------------------------------------------------------------------
     def publish(self, arrays: dict[str, np.ndarray], version: int | None = None) -> int:
@@ -123,6 +122,10 @@ class LearnerLink:
 
     def drops(self) -> dict[str, int]:
         return self.outbox.drops
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Block until the learner has built itself and published its first actor (or failed)."""
+        return self.wait_for(lambda st: self.snapshot.version > 0 or not st.get("learner_alive", True), timeout)
 
     def wait_for(self, predicate, timeout: float) -> bool:
         """Block until ``predicate(status)`` holds (a test's or a tool's synchronisation)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 
 LOCK_NAME = ".sacbot.lock"
 
@@ -69,6 +70,19 @@ class WriterLock:
             pass  # the PID is only for messages; the flock is the lock
         self._fd = fd
         return self
+
+    def acquire_within(self, timeout: float) -> WriterLock:
+        """``acquire``, retried for up to ``timeout`` s: a learner restarted after its process was
+        killed, or a child that its parent just handed the directory to, waits for the OS to free
+        the lock (flock has no timed wait; a retry every 50 ms costs nothing)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.acquire()
+            except LockHeld:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def close(self) -> None:
         """Release the lock (closing the file releases the flock); the file stays."""

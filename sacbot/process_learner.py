@@ -106,11 +106,6 @@ class ProcessLearner(LearnerLink):
             self.push_status({"learner_alive": False, "learner_error": why, "last_error": why})
 
     # --- the rest of the boundary --------------------------------------------------------------
-    def wait_ready(self, timeout: float) -> bool:
-        with self._cond:
-            return self._cond.wait_for(lambda: self.snapshot.version > 0
-                                       or not self._status.get("learner_alive", True), timeout)
-
     def close(self, acting_rng: str | None = None, timeout: float = 60.0) -> dict:
         self.outbox.send(Shutdown(acting_rng or ""), control_wait=timeout)
         self._closed.set()
@@ -227,7 +222,7 @@ def child_main(spec: LearnerSpec, resume_path: str | None, conn_in: Connection, 
     signal.signal(signal.SIGTERM, lambda *_: pipes.terminate())
     lock = WriterLock(spec.weights_dir)
     try:
-        _acquire(lock, 30.0)  # the parent let go of it just before starting us
+        lock.acquire_within(30.0)  # the parent let go of it just before starting us
         ckpt = read_checkpoint(resume_path) if resume_path else None
     except (LockHeld, CheckpointError, OSError) as e:
         pipes.push_status({"learner_alive": False, "start_error": str(e), "start_error_kind": "other",
@@ -242,16 +237,3 @@ def child_main(spec: LearnerSpec, resume_path: str | None, conn_in: Connection, 
         conn_out.close()
     sys.exit(1 if loop.error else 0)
 
-
-def _acquire(lock, timeout: float) -> None:
-    from .lock import LockHeld
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            lock.acquire()
-            return
-        except LockHeld:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)

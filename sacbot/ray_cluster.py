@@ -101,21 +101,12 @@ class LearnerServer:
         logging.basicConfig(format="sacbot: %(message)s", level=logging.INFO)
         from . import checkpoint as ck
         from .channels import Channel
-        from .lock import LockHeld, WriterLock
+        from .lock import WriterLock
         from .training import LearnerLoop
 
         self.spec, cfg = spec, spec.cfg()
         os.makedirs(spec.weights_dir, exist_ok=True)
-        self.lock = WriterLock(spec.weights_dir)
-        deadline = time.monotonic() + 30.0
-        while True:  # a learner that was just killed may still hold it for a moment
-            try:
-                self.lock.acquire()
-                break
-            except LockHeld:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        self.lock = WriterLock(spec.weights_dir).acquire_within(30.0)  # a killed learner's may linger
         ck.remove_stale_temps(spec.weights_dir)
         found = ck.load_latest(spec.weights_dir, {**spec.config, "obs_dim": spec.obs_dim, "act_dim": spec.act_dim},
                                log=lambda m: log.info(m.removeprefix("sacbot: ")), latest_name=spec.latest_name)
@@ -367,8 +358,8 @@ class RayLearnerClient(LearnerLink):
                                   "last_error": f"learner unreachable: {type(e).__name__}"})
 
     def wait_ready(self, timeout: float) -> bool:
-        with self._cond:
-            return self._cond.wait_for(lambda: self.snapshot.version > 0, timeout)
+        # Not the link's: "not alive" here means unreachable for now (restarting), not failed.
+        return self.wait_for(lambda st: self.snapshot.version > 0, timeout)
 
     def spaces(self) -> tuple[int, int]:
         ray = require_ray()

@@ -31,12 +31,6 @@ class ThreadLearner(LearnerLink):
         self._thread = threading.Thread(target=self.loop.run, name="sacbot-training", daemon=True)
         self._thread.start()
 
-    def wait_ready(self, timeout: float) -> bool:
-        """Block until the learner has built itself and published its first actor (or failed)."""
-        with self._cond:
-            return self._cond.wait_for(lambda: self.snapshot.version > 0
-                                       or not self._status.get("learner_alive", True), timeout)
-
     def close(self, acting_rng: str | None = None, timeout: float = 60.0) -> dict:
         # Shutdown goes through the same queue as the data (a reserved place), so the learner
         # takes everything sent before it, in order (STYLE 15).

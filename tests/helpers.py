@@ -110,9 +110,27 @@ def read_status(run_dir) -> dict:
         return json.load(fh)
 
 
+def wait_exit(pid: int, timeout: float, what: str) -> None:
+    """Block until process ``pid`` (not necessarily our child) has exited: a pidfd becomes
+    readable exactly then (Linux >= 5.3)."""
+    import select
+
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        if not select.select([fd], [], [], timeout)[0]:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    finally:
+        os.close(fd)
+
+
 def wait_until(predicate, timeout: float, what: str):
-    """Poll ``predicate`` (reading files or /proc that a child writes: its own output is the
-    signal) until it returns something true, and return that; fail after ``timeout`` s."""
+    """Check ``predicate`` until it returns something true, and return that; fail after
+    ``timeout`` s.  For state another process keeps in files (status.json, a checkpoint), which
+    nothing in the standard library can notify us of: the child's own writes are what we wait for,
+    and the interval only sets how soon we look again (a process's exit: ``wait_exit``)."""
     deadline = time.monotonic() + timeout
     while True:
         try:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import StderrWatcher, pid_alive, read_status, wait_until
+from helpers import StderrWatcher, read_status, wait_exit, wait_until
 
 from sacbot.checkpoint import read_checkpoint
 
@@ -88,7 +88,7 @@ def test_a_killed_bot_leaves_no_orphan_learner_and_its_work_is_saved(tmp_path):
         learner_pid = read_status(run)["learner_pid"]
         os.kill(p.pid, signal.SIGKILL)
         p.wait(timeout=10)
-        wait_until(lambda: not pid_alive(learner_pid), 60, f"the learner {learner_pid} to exit")
+        wait_exit(learner_pid, 60, f"the learner {learner_pid} to exit")
     finally:
         p.kill()
     ck = read_checkpoint(str(tmp_path / "w" / "sac_latest.zip"))  # its final save on the way out

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -257,13 +258,15 @@ def test_sigint_during_start_up_exits_130_with_one_line(tmp_path):
                          stderr=subprocess.PIPE, text=True)
     fd = None
     try:
-        deadline = time.monotonic() + 30
-        while fd is None:  # ENXIO until the child has the FIFO open for reading
-            try:
-                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-            except OSError:
-                assert p.poll() is None and time.monotonic() < deadline, "the child never opened the config"
-                time.sleep(0.01)  # polling for the child to reach the read; not a synchronisation stand-in
+        # A blocking open for writing returns exactly when the child opens the FIFO to read it:
+        # the child is then inside its config read.  On a thread, so a child that never gets
+        # there fails the test at the join's deadline instead of hanging it.
+        opened: list[int] = []
+        opener = threading.Thread(target=lambda: opened.append(os.open(fifo, os.O_WRONLY)), daemon=True)
+        opener.start()
+        opener.join(30)
+        assert opened, "the child never opened the config"
+        fd = opened[0]
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=30)
     finally:

@@ -129,13 +129,19 @@ def test_a_cluster_trains_survives_kills_of_a_bot_and_the_learner_and_closes_on_
     assert int(open(root / "bot1" / "round_counter.txt").read()) > 0  # liveness per bot
 
 
-@pytest.mark.timeout(240)
-def test_eval_on_a_cluster_sends_nothing_and_writes_nothing(tmp_path):
+def _trained_bot(tmp_path, steps: int):
+    """A small Pendulum bot's weights directory, made by a plain `sacbot run` (hidden 16)."""
     weights = tmp_path / "w"
-    r = subprocess.run(SACBOT + ["run", "--env", "Pendulum-v1", "--steps", "300", "--hidden", "16", "--run-dir",
+    r = subprocess.run(SACBOT + ["run", "--env", "Pendulum-v1", "--steps", str(steps), "--hidden", "16", "--run-dir",
                                  str(tmp_path / "run"), "--weights-path", str(weights), "--quiet"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+    return weights
+
+
+@pytest.mark.timeout(240)
+def test_eval_on_a_cluster_sends_nothing_and_writes_nothing(tmp_path):
+    weights = _trained_bot(tmp_path, steps=300)
     before = dir_digests(weights)
     r = subprocess.run(SACBOT + ["cluster", "--eval", "--bots", "2", "--episodes", "1", "--env", "Pendulum-v1",
                                  "--hidden", "16", "--root", str(tmp_path / "root"), "--weights-path", str(weights),
@@ -149,11 +155,7 @@ def test_eval_on_a_cluster_sends_nothing_and_writes_nothing(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_a_cluster_with_settings_its_checkpoints_do_not_fit_is_a_config_error_not_a_ray_traceback(tmp_path):
-    weights = tmp_path / "w"
-    r = subprocess.run(SACBOT + ["run", "--env", "Pendulum-v1", "--steps", "10", "--hidden", "16", "--run-dir",
-                                 str(tmp_path / "run"), "--weights-path", str(weights), "--quiet"],
-                       capture_output=True, text=True, timeout=100)
-    assert r.returncode == 0, r.stderr
+    weights = _trained_bot(tmp_path, steps=10)
     before = dir_digests(weights)
     r = subprocess.run(SACBOT + ["cluster", "--bots", "1", "--env", "Pendulum-v1", "--hidden", "32", "--root",
                                  str(tmp_path / "root"), "--weights-path", str(weights), "--quiet"],

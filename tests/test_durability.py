@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import ACT_SPACE, OBS_SPACE, StderrWatcher, dir_digests, pid_alive, play, small_cfg, wait_until
+from helpers import ACT_SPACE, OBS_SPACE, StderrWatcher, dir_digests, play, small_cfg, wait_exit, wait_until
 
 from sacbot.agent import Agent, AgentError, LatencyWindow
 from sacbot.checkpoint import read_checkpoint
@@ -310,7 +310,7 @@ def test_bots_of_a_runner_killed_with_sigkill_close_themselves(tmp_path):
         pid = json.loads(status.read_text())["pid"]
         os.kill(runner.pid, signal.SIGKILL)
         runner.wait(10)
-        wait_until(lambda: not pid_alive(pid), 60, f"bot {pid} to exit after its runner died")
+        wait_exit(pid, 60, f"bot {pid} to exit after its runner died")
     finally:
         runner.kill()
     ck = read_checkpoint(str(root / "bot0" / "weights" / "sac_latest.zip"))  # it closed with a final save

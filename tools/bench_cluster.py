@@ -53,6 +53,8 @@ import tempfile
 import threading
 import time
 
+from sacbot.liveness import read_status
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only, before any import of ray
@@ -120,14 +122,6 @@ def kill_new_ray(before: set[int], sid: int, grace: float = 10.0) -> list[int]:
 
 
 # --- parts 1 and 2: bots as subprocesses, steps/s from their heartbeats ---------------------------
-def read_status(path: str) -> dict | None:
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return None
-
-
 def common_flags(a, d: str) -> list[str]:
     return ["--env", a.env, "--pace", "free", "--seed", str(a.seed), "--quiet", "--no-save-replay",
             "--learning-starts", str(a.learning_starts), "--utd-ratio", str(a.utd_ratio),
