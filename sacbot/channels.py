@@ -19,7 +19,15 @@ from __future__ import annotations
 import queue
 import threading
 
-from .messages import Transition
+from .messages import Transition, Transitions
+
+
+def _weight(msg) -> int:
+    """How many transitions ``msg`` (or a many-bot learner's ``(source, msg)``) carries."""
+    m = msg[1] if isinstance(msg, tuple) else msg
+    if isinstance(m, Transition):
+        return 1
+    return len(m) if isinstance(m, Transitions) else 0
 
 
 class Channel:
@@ -29,21 +37,29 @@ class Channel:
         self._q: queue.Queue = queue.Queue(maxsize=capacity + reserve)
         self._lock = threading.Lock()
         self._drops = {"transition": 0, "other": 0}
+        self._held = 0  # transitions queued: the capacity counts these, not queue items
         self.capacity = capacity
 
     def send(self, msg, control_wait: float = 0.0) -> bool:
         """Queue ``msg`` if there is room; otherwise drop it and count.  A transition never
-        blocks and is dropped once ``capacity`` messages are queued.  A control message takes a
+        blocks and is dropped once ``capacity`` transitions are queued (a :class:`Transitions`
+        block counts as its length and goes in or out whole).  A control message takes a
         reserved place; if the learner has let even those fill up, it is dropped and counted (the
         acting thread never waits), unless the caller allows ``control_wait`` s (a close's
         Shutdown does)."""
-        # A many-bot learner's inbox holds (source, message) pairs: classify the message.
-        is_tr = isinstance(msg[1] if isinstance(msg, tuple) else msg, Transition)
+        n = _weight(msg)
         try:
-            if is_tr:
-                if self._q.qsize() >= self.capacity:
-                    raise queue.Full
-                self._q.put_nowait(msg)
+            if n:
+                with self._lock:
+                    if self._held + n > self.capacity:
+                        raise queue.Full
+                    self._held += n
+                try:
+                    self._q.put_nowait(msg)
+                except queue.Full:  # control messages took the reserve and more: give the places back
+                    with self._lock:
+                        self._held -= n
+                    raise
             elif control_wait > 0:
                 self._q.put(msg, timeout=control_wait)
             else:
@@ -51,14 +67,16 @@ class Channel:
             return True
         except queue.Full:
             with self._lock:
-                self._drops["transition" if is_tr else "other"] += 1
+                self._drops["transition" if n else "other"] += max(n, 1)
             return False
 
     def recv(self, timeout: float):
         try:
-            return self._q.get(timeout=timeout)
+            msg = self._q.get(timeout=timeout)
         except queue.Empty:
             return None
+        self._release([msg])
+        return msg
 
     def drain(self) -> list:
         out = []
@@ -66,7 +84,19 @@ class Channel:
             try:
                 out.append(self._q.get_nowait())
             except queue.Empty:
-                return out
+                break
+        self._release(out)
+        return out
+
+    def _release(self, msgs: list) -> None:
+        n = sum(_weight(m) for m in msgs)
+        if n:
+            with self._lock:
+                self._held -= n
+
+    def __len__(self) -> int:
+        """Transitions queued (a block counts as its length)."""
+        return self._held
 
     @property
     def drops(self) -> dict[str, int]:

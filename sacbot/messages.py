@@ -5,6 +5,8 @@ so every message can be sent between processes unchanged::
 
     msg = Transition(obs, action, reward, next_obs, terminated, truncated)
     assert decode(encode(msg)) == msg      # arrays compare with np.array_equal
+    [block] = decode_batch(encode_batch([msg, msg]))   # a run of transitions travels as columns
+    assert block.rows() == [msg, msg]
 
 ``make_transition`` is the acting boundary: it validates shapes, dtype and finiteness
 and raises :class:`MessageError` at the call that produced bad data, so nothing bad
@@ -54,7 +56,35 @@ class Shutdown:
     acting_rng: str = ""
 
 
-Message = Transition | NewEpisode | Shutdown
+@dataclass(frozen=True, eq=False)
+class Transitions:
+    """Consecutive transitions of one bot as columns, row ``k`` being its ``k``-th transition:
+    what a batch carries across a process or machine boundary.  One array per field, so the
+    learner decodes and stores a batch with a few numpy calls rather than a few per transition
+    (``encode_batch`` groups runs of :class:`Transition`; ``rows()`` gives them back)."""
+
+    obs: np.ndarray  # (n, obs_dim) float32
+    action: np.ndarray  # (n, act_dim) float32
+    reward: np.ndarray  # (n,) float64: a Transition's reward exactly
+    next_obs: np.ndarray  # (n, obs_dim) float32
+    terminated: np.ndarray  # (n,) bool
+    truncated: np.ndarray  # (n,) bool
+
+    @classmethod
+    def of(cls, run: list[Transition]) -> Transitions:
+        return cls(np.stack([t.obs for t in run]), np.stack([t.action for t in run]),
+                   np.array([t.reward for t in run], np.float64), np.stack([t.next_obs for t in run]),
+                   np.array([t.terminated for t in run], np.bool_), np.array([t.truncated for t in run], np.bool_))
+
+    def __len__(self) -> int:
+        return len(self.reward)
+
+    def rows(self) -> list[Transition]:
+        return [Transition(self.obs[k], self.action[k], float(self.reward[k]), self.next_obs[k],
+                           bool(self.terminated[k]), bool(self.truncated[k])) for k in range(len(self))]
+
+
+Message = Transition | Transitions | NewEpisode | Shutdown
 
 
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -175,6 +205,8 @@ def unpack(data: bytes, max_size: int = 1 << 30):
 def _body(msg: Message) -> list:
     if isinstance(msg, Transition):
         return ["T", msg.obs, msg.action, msg.reward, msg.next_obs, msg.terminated, msg.truncated]
+    if isinstance(msg, Transitions):
+        return ["B", msg.obs, msg.action, msg.reward, msg.next_obs, msg.terminated, msg.truncated]
     if isinstance(msg, NewEpisode):
         return ["N", msg.opponent]
     if isinstance(msg, Shutdown):
@@ -193,6 +225,8 @@ def _from_body(body) -> Message:
             if not all(isinstance(f, bool) for f in (term, trunc)) or not isinstance(reward, float | int):
                 raise MessageError("transition flags or reward of the wrong type")
             return Transition(obs, action, float(reward), next_obs, term, trunc)
+        if kind == "B" and len(body) == 7:
+            return _block(*body[1:])
         if kind == "N" and len(body) == 2 and isinstance(body[1], str):
             return NewEpisode(body[1])
         if kind == "S" and len(body) == 2 and isinstance(body[1], str):
@@ -204,6 +238,22 @@ def _from_body(body) -> Message:
     raise MessageError(f"malformed message: {str(body)[:80]}")
 
 
+def _block(obs, action, reward, next_obs, term, trunc) -> Transitions:
+    """Check a decoded block's columns: types and a common length (values are the receiver's)."""
+    cols = (obs, action, reward, next_obs, term, trunc)
+    if not all(isinstance(a, np.ndarray) for a in cols):
+        raise MessageError("transition block columns must be arrays")
+    n = len(reward) if reward.ndim == 1 else -1
+    if n < 1 or any(a.shape[:1] != (n,) for a in cols):
+        raise MessageError(f"transition block columns differ in length: {[a.shape for a in cols]}")
+    if not (all(a.dtype == np.float32 and a.ndim == 2 for a in (obs, action, next_obs))
+            and obs.shape == next_obs.shape and reward.dtype == np.float64
+            and term.dtype == np.bool_ and trunc.dtype == np.bool_ and term.ndim == trunc.ndim == 1):
+        raise MessageError("transition block columns of the wrong dtype or rank: "
+                           f"{[(a.dtype.str, a.shape) for a in cols]}")
+    return Transitions(*cols)
+
+
 def encode(msg: Message) -> bytes:
     return pack(_body(msg))
 
@@ -213,11 +263,25 @@ def decode(data: bytes) -> Message:
 
 
 def encode_batch(msgs: list[Message]) -> bytes:
-    """Several messages as one msgpack array: what crosses a process or machine boundary."""
-    return pack([_body(m) for m in msgs])
+    """Several messages as one msgpack array: what crosses a process or machine boundary.  Each
+    run of transitions goes as one :class:`Transitions` block (six arrays, whatever its length)."""
+    out: list = []
+    run: list[Transition] = []
+    for m in msgs:
+        if isinstance(m, Transition):
+            run.append(m)
+            continue
+        if run:
+            out.append(_body(Transitions.of(run)))
+            run = []
+        out.append(_body(m))
+    if run:
+        out.append(_body(Transitions.of(run)))
+    return pack(out)
 
 
 def decode_batch(data: bytes) -> list[Message]:
+    """The messages of ``encode_batch``, runs of transitions as :class:`Transitions` blocks."""
     body = unpack(data)
     if not isinstance(body, list):
         raise MessageError(f"a message batch must be a msgpack array, got {type(body).__name__}")

@@ -37,7 +37,7 @@ import uuid
 
 from .config import Config, ConfigError
 from .learner import LearnerLink, LearnerSpec
-from .messages import MessageError, decode_batch, encode_batch, pack, unpack
+from .messages import MAX_ABS_REWARD, MessageError, Transition, Transitions, decode_batch, encode_batch, pack, unpack
 
 log = logging.getLogger("sacbot")
 NAMESPACE = "sacbot"
@@ -119,7 +119,7 @@ class LearnerServer:
         self._status: dict = {}
         self._bots: dict[int, dict] = {}
         self._order: dict[int, InOrder] = {}
-        self._refused = 0  # messages of refused batches
+        self._refused = 0  # batches refused
         self._received = 0
         self._dropped_here = 0
         self._lock = threading.Lock()
@@ -138,14 +138,12 @@ class LearnerServer:
         with self._lock:
             version = self._snap[0] + 1
             self._snap, self._snap_ref = (version, blob), None
-        self._ready.set()
         return version
 
     def _push(self, status: dict) -> None:
         with self._lock:
             self._status = {**self._status, **status}
-        if not status.get("learner_alive", True):
-            self._ready.set()
+        self._ready.set()  # the first push follows the build (its first actor) or its failure
 
     # --- the boundary, as Ray methods -------------------------------------------------------
     def send(self, source: int, data: bytes, info: dict | None = None, seq: tuple | None = None) -> int:
@@ -165,7 +163,7 @@ class LearnerServer:
         if bad:  # one careless client must not stop (or poison) the learner every bot shares
             log.error("bot %s: batch refused: %s", source, bad)
             with self._lock:
-                self._refused += len(msgs)
+                self._refused += 1
             return self._snap[0]
         source = int(source)
         number, floor, client = (seq if seq is not None else (None, None, None))
@@ -178,10 +176,11 @@ class LearnerServer:
             ready = order.put(number, floor, msgs)
             for batch in ready:  # under the lock: two calls never interleave their batches
                 for m in batch:
+                    n = len(m) if isinstance(m, Transitions) else int(isinstance(m, Transition))
                     if self.inbox.send((source, m)):
-                        self._received += 1
+                        self._received += n
                     else:
-                        self._dropped_here += 1
+                        self._dropped_here += n
         return self._snap[0]
 
     def _refuse(self, source, msgs) -> str | None:
@@ -189,7 +188,7 @@ class LearnerServer:
         cluster closes the learner), arrays of another bot's spaces, non-finite values."""
         import numpy as np
 
-        from .messages import Shutdown, Transition
+        from .messages import Shutdown
 
         if not isinstance(source, int) or not 0 <= source < 2**31:
             return f"source {source!r} is not an integer in [0, 2**31)"
@@ -197,13 +196,14 @@ class LearnerServer:
         for m in msgs:
             if isinstance(m, Shutdown):
                 return "a Shutdown: bots stop by closing their own link; the cluster closes the learner"
-            if isinstance(m, Transition):
-                if m.obs.shape != (d,) or m.next_obs.shape != (d,) or m.action.shape != (a,):
-                    return (f"transition shapes {m.obs.shape}/{m.action.shape}, the learner's spaces are "
-                            f"({d},)/({a},)")
+            if isinstance(m, Transition | Transitions):
+                lead = (len(m),) if isinstance(m, Transitions) else ()
+                if m.obs.shape != (*lead, d) or m.next_obs.shape != (*lead, d) or m.action.shape != (*lead, a):
+                    return (f"transition shapes {m.obs.shape[len(lead):]}/{m.action.shape[len(lead):]}, the "
+                            f"learner's spaces are ({d},)/({a},)")
                 if not (np.isfinite(m.obs).all() and np.isfinite(m.next_obs).all() and np.isfinite(m.action).all()
-                        and np.isfinite(m.reward)):
-                    return "non-finite values"
+                        and np.isfinite(m.reward).all() and (np.abs(m.reward) <= MAX_ABS_REWARD).all()):
+                    return f"non-finite values, or a reward above {MAX_ABS_REWARD:.0e} in size"
         return None
 
     def spaces(self) -> tuple[int, int]:
@@ -248,7 +248,7 @@ class LearnerServer:
         return st
 
     def inbox_size(self) -> int:
-        return self.inbox._q.qsize()
+        return len(self.inbox)
 
     def close(self, timeout: float = 120.0) -> dict:
         """Shutdown after the data: the final save, then the writer stops.  Returns the status."""

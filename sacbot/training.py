@@ -37,7 +37,7 @@ from .config import Config
 from .files import append_jsonl
 from .io_thread import IOThread
 from .learner import LearnerSpec
-from .messages import NewEpisode, Shutdown, Transition
+from .messages import NewEpisode, Shutdown, Transition, Transitions
 from .replay import SequenceReplay
 from .sac import SACLSTMLearner
 
@@ -119,6 +119,11 @@ def handle_message(state: TrainingState, msg, source: int = 0) -> bool:
         state.replay.add(msg.obs, msg.action, msg.reward, msg.next_obs, msg.terminated, msg.truncated, source)
         state.env_steps += 1
         state.pending += 1
+    elif isinstance(msg, Transitions):  # a run of one bot's transitions, as a batch carries them
+        state.replay.add_batch(msg.obs, msg.action, msg.reward, msg.next_obs, msg.terminated, msg.truncated,
+                               source)
+        state.env_steps += len(msg)
+        state.pending += len(msg)
     elif isinstance(msg, NewEpisode):
         state.replay.start_episode(source)
         last = state.opponent.get(source)

@@ -38,6 +38,38 @@ def test_every_message_round_trips_through_msgpack():
     assert isinstance(t, Transition) and t.obs.dtype == np.float32 and t.obs[0] == 2.0
 
 
+def test_a_batch_carries_each_run_of_transitions_as_one_block_of_columns():
+    """What a process or Ray learner receives: runs between control messages become Transitions
+    blocks whose rows are the transitions sent, exactly (rewards as the float64 they were)."""
+    from sacbot.messages import Transitions, decode_batch, encode_batch
+
+    run1 = [tr(i, trunc=i == 2) for i in range(3)]
+    run2 = [make_transition([i, 1, 2], [-0.25], 0.1 + i, [3, i, 1], i == 1, False, obs_dim=3, act_dim=1)
+            for i in range(2)]
+    got = decode_batch(encode_batch([NewEpisode("a"), *run1, NewEpisode("b"), *run2, Shutdown("s")]))
+    assert [type(m).__name__ for m in got] == ["NewEpisode", "Transitions", "NewEpisode", "Transitions", "Shutdown"]
+    assert got[1].rows() == run1 and got[3].rows() == run2 and len(got[1]) == 3
+    assert got[3].reward.tolist() == [0.1, 1.1] and got[0] == NewEpisode("a") and got[4] == Shutdown("s")
+    block = Transitions.of(run1)
+    for bad in (dataclasses.replace(block, reward=block.reward[:2]),  # columns of different lengths
+                dataclasses.replace(block, obs=block.obs.astype(np.float64)),  # not float32
+                dataclasses.replace(block, terminated=block.terminated.astype(np.int8))):
+        with pytest.raises(MessageError, match="block"):
+            decode_batch(encode_batch([bad]))
+
+
+def test_a_block_counts_as_its_length_in_a_channel_and_goes_in_whole():
+    from sacbot.messages import Transitions
+
+    ch = Channel(capacity=5)
+    assert ch.send((0, Transitions.of([tr(i) for i in range(3)])))
+    assert not ch.send((1, Transitions.of([tr(i) for i in range(3)])))  # 3 + 3 > 5: all of it dropped
+    assert ch.send(tr(9)) and ch.send(NewEpisode("x")) and len(ch) == 4
+    assert ch.drops == {"transition": 3, "other": 0}
+    assert len(ch.drain()) == 3 and len(ch) == 0
+    assert ch.send((1, Transitions.of([tr(i) for i in range(5)])))
+
+
 @pytest.mark.parametrize("data", [b"", b"\xc1", b"\x93\x01\x02", encode(tr())[:-3],
                                   encode(NewEpisode("x")).replace(b"N", b"Q"), b"\xd4\x05\x00"])
 def test_malformed_bytes_give_a_clear_error(data):
@@ -611,9 +643,9 @@ def test_the_shared_learner_takes_a_restarted_bot_and_refuses_what_would_stop_or
         batch = encode_batch([NewEpisode("x")] + [tr(i) for i in range(4)])
         for n in (1, 2):
             server.send(0, batch, {}, (n, 1, "first-run"))
-        assert server.status()["transitions_received"] == 10
+        assert server.status()["transitions_received"] == 8
         server.send(0, batch, {}, (1, 1, "after-restart"))  # numbers from 1 again, a new client
-        assert server.status()["transitions_received"] == 15
+        assert server.status()["transitions_received"] == 12
         bad = [encode_batch([Shutdown("")]),
                encode_batch([make_transition([0, 0], [0.5], 1.0, [0, 0], False, False, obs_dim=2, act_dim=1)]),
                encode_batch([Transition(np.zeros(3, np.float32), np.full(1, np.nan, np.float32), 0.0,
@@ -621,7 +653,7 @@ def test_the_shared_learner_takes_a_restarted_bot_and_refuses_what_would_stop_or
         for b in bad:
             server.send(1, b, {}, None)
         st = server.status()
-        assert st["refused_at_learner"] == 3 and st["transitions_received"] == 15 and st["learner_alive"]
+        assert st["refused_at_learner"] == 3 and st["transitions_received"] == 12 and st["learner_alive"]
     finally:
         final = server.close(timeout=30)
     assert final["final_save"]["ok"]

@@ -444,12 +444,13 @@ def profile_ingest(a) -> dict:
     import numpy as np
 
     from sacbot.channels import Channel
-    from sacbot.messages import decode_batch, encode_batch
+    from sacbot.messages import Transition, Transitions, decode_batch, encode_batch
     from sacbot.replay import SequenceReplay
 
     b = a.ingest_batch
     data = make_batches(b)[1]
     msgs = decode_batch(data)
+    sent = [t for m in msgs for t in (m.rows() if isinstance(m, Transitions) else [m])]  # as a bot queues them
 
     def per_tr(fn, reps: int) -> float:
         best = []
@@ -469,11 +470,14 @@ def profile_ingest(a) -> dict:
 
     rep = SequenceReplay(100_000, OBS, ACT)
 
-    def add():
+    def add():  # what handle_message does with each decoded message
         for m in msgs:
-            rep.add(m.obs, m.action, m.reward, m.next_obs, m.terminated, m.truncated, 0)
+            if isinstance(m, Transitions):
+                rep.add_batch(m.obs, m.action, m.reward, m.next_obs, m.terminated, m.truncated, 0)
+            elif isinstance(m, Transition):
+                rep.add(m.obs, m.action, m.reward, m.next_obs, m.terminated, m.truncated, 0)
 
-    return {"batch": b, "us_per_transition": {"encode_batch": per_tr(lambda: encode_batch(msgs), 20),
+    return {"batch": b, "us_per_transition": {"encode_batch": per_tr(lambda: encode_batch(sent), 20),
                                               "decode_batch": per_tr(lambda: decode_batch(data), 20),
                                               "channel_send_and_drain": per_tr(chan, 20),
                                               "replay_add": per_tr(add, 20)},
