@@ -43,6 +43,11 @@ log = logging.getLogger("sacbot")
 NAMESPACE = "sacbot"
 LEARNER_NAME = "sacbot-learner"
 MAX_IN_FLIGHT = 4  # sends outstanding per bot; more and the bot's queue fills and drops
+# A bot sends once SEND_BATCH messages wait or the oldest has waited SEND_PERIOD_S.  A call costs
+# the learner ~0.5 ms of Python whatever it carries (Ray's part; decoding a batch of 64 is ~20 us),
+# so a 30-tick bot sending every tick would cost it 15 ms/s: 15 per call, ~1/15 of that.
+SEND_BATCH = 64
+SEND_PERIOD_S = 0.5
 PULL_PERIOD_S = 0.05  # a bot asks for a newer actor at most 20 times a second
 STATUS_PERIOD_S = 1.0
 CALL_TIMEOUT_S = 10.0
@@ -278,13 +283,28 @@ class LearnerServer:
         return os.getpid()
 
 
-def learner_actor(spec: LearnerSpec, queue_size: int, num_cpus: float = 1.0, num_gpus: float = 0.0):
-    """Start (or find, by name) the cluster's learner actor."""
+INGEST_GROUP = "ingest"  # the concurrency group of ``send``: see learner_options
+
+
+def learner_actor(spec: LearnerSpec, queue_size: int, num_cpus: float = 1.0, num_gpus: float = 0.0,
+                  cls: type | None = None):
+    """Start (or find, by name) the cluster's learner actor (``cls``: LearnerServer or a subclass).
+
+    Restarts are Ray's (``max_restarts``, retried calls).  ``send`` runs in a concurrency group of
+    its own with one thread (callers name it: ``send_batch``): batches are decoded and stored one
+    at a time, so ingest takes at most one thread's turns at the GIL from the training thread,
+    however many bots send; pulls and status calls run in the default group meanwhile and never
+    wait behind a send."""
     ray = require_ray()
-    cls = ray.remote(LearnerServer)
-    return cls.options(name=LEARNER_NAME, namespace=NAMESPACE, get_if_exists=True, max_restarts=-1,
-                       max_task_retries=-1, num_cpus=num_cpus, num_gpus=num_gpus,
-                       max_concurrency=4).remote(spec, queue_size)
+    actor_cls = ray.remote(concurrency_groups={INGEST_GROUP: 1})(cls or LearnerServer)
+    return actor_cls.options(name=LEARNER_NAME, namespace=NAMESPACE, get_if_exists=True, max_restarts=-1,
+                             max_task_retries=-1, num_cpus=num_cpus, num_gpus=num_gpus,
+                             max_concurrency=3).remote(spec, queue_size)
+
+
+def send_batch(learner, source: int, data: bytes, info: dict | None, seq: tuple | None = None):
+    """``learner.send`` in its concurrency group; returns the call's ObjectRef."""
+    return learner.send.options(concurrency_group=INGEST_GROUP).remote(source, data, info, seq)
 
 
 # --- a bot's handle on the learner --------------------------------------------------------------
@@ -317,6 +337,14 @@ class RayLearnerClient(LearnerLink):
             if msg is None:
                 continue
             batch = [msg] + self.outbox.drain()
+            deadline = time.monotonic() + SEND_PERIOD_S
+            while len(batch) < SEND_BATCH and not self._stop.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                more = self.outbox.recv(timeout=min(left, 0.1))  # a close is seen within 0.1 s
+                if more is not None:
+                    batch += [more] + self.outbox.drain()
             while len(in_flight) >= MAX_IN_FLIGHT and not self._stop.is_set():
                 done, in_flight = ray.wait(in_flight, num_returns=1, timeout=1.0)
                 for ref in done:
@@ -326,7 +354,7 @@ class RayLearnerClient(LearnerLink):
                     "lost_in_flight": self.lost_in_flight}
             self._seq += 1
             seq = (self._seq, min([self._seq, *seq_of.values()]), self.client)
-            seq_of[(ref := self.learner.send.remote(self.source, encode_batch(batch), info, seq))] = self._seq
+            seq_of[(ref := send_batch(self.learner, self.source, encode_batch(batch), info, seq))] = self._seq
             in_flight.append(ref)
         if in_flight:  # what is still on its way gets a moment to land
             done, _ = ray.wait(in_flight, num_returns=len(in_flight), timeout=5.0)

@@ -282,7 +282,11 @@ class Feeder:
     """Calls ``learner.send`` with pre-encoded batches, ``in_flight`` outstanding, from ``sources``
     bots (each bot's batches in its own episode order)."""
 
-    def __init__(self, ray, learner, batches, sources: int, in_flight: int):
+    def __init__(self, ray, learner, batches, sources: int, in_flight: int, grouped: bool = True):
+        from sacbot.ray_cluster import send_batch
+
+        # grouped: in the learner's ingest concurrency group, as a bot sends (a bare actor has none)
+        self.send = send_batch if grouped else (lambda actor, *args: actor.send.remote(*args))
         self.ray, self.learner, self.batches = ray, learner, batches
         self.sources, self.in_flight = sources, in_flight
         self.calls = 0
@@ -309,7 +313,7 @@ class Feeder:
                 self._settle(done)
             k = self.calls
             src, pos = k % self.sources, (k // self.sources) % len(self.batches)
-            pending.append(self.learner.send.remote(src, self.batches[pos], {"policy_version": 0}))
+            pending.append(self.send(self.learner, src, self.batches[pos], {"policy_version": 0}))
             self.calls += 1
             sent += per_batch
         if pending:
@@ -328,7 +332,7 @@ def probe_actor(ray, spec, queue_size: int):
     """``learner_actor``'s actor with one read-only method more: the live gradient step and replay
     counts (status moves only at the end of a pass, and at UTD 1 a pass lasts the whole window)
     and the native thread id of the training thread, for its CPU time."""
-    from sacbot.ray_cluster import LEARNER_NAME, NAMESPACE, LearnerServer
+    from sacbot.ray_cluster import LearnerServer, learner_actor
 
     class ProbedLearner(LearnerServer):
         def live(self) -> dict:
@@ -336,9 +340,7 @@ def probe_actor(ray, spec, queue_size: int):
             return {"grad_steps": s.grad_steps if s else 0, "stored": s.env_steps if s else 0,
                     "training_tid": self._thread.native_id}
 
-    return ray.remote(ProbedLearner).options(name=LEARNER_NAME, namespace=NAMESPACE, get_if_exists=True,
-                                             max_restarts=-1, max_task_retries=-1, num_cpus=1.0,
-                                             max_concurrency=4).remote(spec, queue_size)
+    return learner_actor(spec, queue_size, cls=ProbedLearner)
 
 
 def wait_status(ray, learner, pred, timeout: float) -> dict:
@@ -496,7 +498,7 @@ def ray_call_cost(ray, a) -> dict:
     e = Echo.remote()
     try:
         ray.get(e.send.remote(0, b"", None))
-        f = Feeder(ray, e, [b"\x90"], 1, a.in_flight)
+        f = Feeder(ray, e, [b"\x90"], 1, a.in_flight, grouped=False)
         f.run(until=time.monotonic() + 1.0)
         k0, t0 = f.calls, time.monotonic()
         f.run(until=t0 + min(5.0, a.seconds))
