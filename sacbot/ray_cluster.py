@@ -44,10 +44,13 @@ NAMESPACE = "sacbot"
 LEARNER_NAME = "sacbot-learner"
 MAX_IN_FLIGHT = 4  # sends outstanding per bot; more and the bot's queue fills and drops
 # A bot sends once SEND_BATCH messages wait or the oldest has waited SEND_PERIOD_S.  A call costs
-# the learner ~0.5 ms of Python whatever it carries (Ray's part; decoding a batch of 64 is ~20 us),
-# so a 30-tick bot sending every tick would cost it 15 ms/s: 15 per call, ~1/15 of that.
-SEND_BATCH = 64
-SEND_PERIOD_S = 0.5
+# the learner ~0.65 ms of CPU whatever it carries (Ray's part: decoding and storing 64 transitions
+# is ~65 us), so the calls, not the bytes, set what one learner can ingest: measured
+# (BENCHMARKS.md, "Learner ingest"), 20k transitions/s in calls of 64 left training at 0.82x its
+# speed, in calls of 16 at 0.21x.  At 30 ticks/s a bot fills a call of 60 in 2 s: 600 such bots
+# make the 312 calls/s of the first figure.  Experience reaching the learner 2 s later costs nothing.
+SEND_BATCH = 256
+SEND_PERIOD_S = 2.0
 PULL_PERIOD_S = 0.05  # a bot asks for a newer actor at most 20 times a second
 STATUS_PERIOD_S = 1.0
 CALL_TIMEOUT_S = 10.0
