@@ -62,6 +62,12 @@ def space_dims(obs_space: gym.Space, action_space: gym.Space) -> tuple[int, int]
     return int(np.prod(obs_space.shape)), int(action_space.shape[0])
 
 
+def input_dim(cfg: Config, obs_dim: int) -> int:
+    """The networks' observation input: the env's, plus the previous reward with ``reward_input``.
+    The learner only ever sees this (its replay stores observations with the reward appended)."""
+    return obs_dim + int(cfg.reward_input)
+
+
 class Agent:
     def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, *, log=None, learner=None):
         """``learner``: an already running learner to feed (a bot of a Ray cluster feeds the shared
@@ -80,6 +86,7 @@ class Agent:
         self._closed = False
         self._last_obs: np.ndarray | None = None
         self._last_action: np.ndarray | None = None
+        self._prev_reward = 0.0  # the input reward_input appends: 0 at an episode's start
         self._ep_return, self._ep_len = 0.0, 0
         self._latency = LatencyWindow()
         # One game loop at a time: the thread that starts an episode owns it until the next
@@ -104,10 +111,11 @@ class Agent:
         self.episodes_path = os.path.join(cfg.run_dir, "episodes.jsonl")
         if self.eval_mode:
             self.log("sacbot: EVAL MODE: deterministic actions; nothing is sent to a learner or saved")
-        spaces = {"obs_dim": self.obs_dim, "act_dim": self.act_dim, "obs_shape": list(self.obs_shape),
+        net_obs = input_dim(cfg, self.obs_dim)
+        spaces = {"obs_dim": net_obs, "act_dim": self.act_dim, "obs_shape": list(self.obs_shape),
                   "action_low": self._low.tolist(), "action_high": (self._low + 2 * self._half).tolist()}
         try:
-            start = assemble(cfg, self.obs_dim, self.act_dim, spaces, self.log, learner=learner)
+            start = assemble(cfg, net_obs, self.act_dim, spaces, self.log, learner=learner)
         except AssembleError as e:
             raise AgentError(str(e)) from None
         # All the Agent keeps of the learning side: the boundary handle and what it last pulled.
@@ -141,7 +149,7 @@ class Agent:
             self._calls.release()
 
     def _act(self, obs, t0: int) -> np.ndarray:
-        x = self._check_obs(obs, "obs")
+        x = self._with_reward(self._check_obs(obs, "obs"), self._prev_reward)
         if self.learner is not None:
             got = self.learner.pull(self.policy_version)  # an int compare unless there is news
             if got is not None:
@@ -180,10 +188,12 @@ class Agent:
             raise AgentError("observe() needs a preceding act() in the same episode")
         # obs was checked in act() and the action came from the policy: only the new
         # values need checking, so the tick path validates each array once.
-        tr = Transition(self._last_obs, self._last_action, check_reward(reward),
-                        self._check_obs(next_obs, "next_obs"), check_flag("terminated", terminated),
-                        check_flag("truncated", truncated))
+        r = check_reward(reward)
+        tr = Transition(self._last_obs, self._last_action, r,
+                        self._with_reward(self._check_obs(next_obs, "next_obs"), r),
+                        check_flag("terminated", terminated), check_flag("truncated", truncated))
         self._last_obs = None
+        self._prev_reward = r
         self._ep_return += tr.reward
         self._ep_len += 1
         if self.learner is not None and not self._closed and self._episode_sent:
@@ -215,6 +225,7 @@ class Agent:
         self.episodes_started += 1
         self.pstate = policy.initial_state(self.params)
         self._last_obs = None
+        self._prev_reward = 0.0
         self._ep_return, self._ep_len = 0.0, 0
         self._latency.reset()
         if self.learner is not None and not self._closed:
@@ -265,6 +276,10 @@ class Agent:
             raise AgentError(f"{what}() from thread {threading.current_thread().name!r}, but this episode "
                              "was started by another thread: an Agent serves one game loop; give each "
                              "loop its own Agent (or call new_episode() from the new thread first)")
+
+    def _with_reward(self, x: np.ndarray, reward: float) -> np.ndarray:
+        """The networks' input: the observation, then (``reward_input``) the previous reward."""
+        return np.append(x, np.float32(reward)) if self.cfg.reward_input else x
 
     def _check_obs(self, obs, name: str) -> np.ndarray:
         try:

@@ -75,7 +75,8 @@ def _attach(cfg: Config, learner, obs_dim: int, act_dim: int) -> Start:
     theirs = learner.spaces() if hasattr(learner, "spaces") else None
     if theirs is not None and tuple(theirs) != (obs_dim, act_dim):
         raise AssembleError(f"this game's spaces (obs_dim {obs_dim}, act_dim {act_dim}) are not the learner's "
-                            f"(obs_dim {theirs[0]}, act_dim {theirs[1]}): join a learner of this env")
+                            f"(obs_dim {theirs[0]}, act_dim {theirs[1]}): join a learner of this env, with the "
+                            f"same reward_input (here {cfg.reward_input}: it adds one input)")
     if not learner.wait_ready(timeout=300.0):
         raise AssembleError(f"the learner did not publish an actor in 300 s ({learner.status().get('last_error')})")
     got = learner.pull(0)

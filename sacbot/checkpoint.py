@@ -692,6 +692,7 @@ RESUME_FIELDS = {
     "quant": "the actor's layers (quantization-aware or fp32)",
     "quant_bits": "the integer grid the actor's scales were learned for",
     "memoryless": "whether the actor and critic were trained with a recurrent state at all",
+    "reward_input": "the networks' inputs (the previous reward is one of them)",
 }
 
 

@@ -79,9 +79,10 @@ def run_cluster(cfg: Config, a: ClusterArgs, stop: threading.Event) -> int:
     from .driver import make_env
 
     env = make_env(cfg.env, kwargs=cfg.env_kwargs_dict())
-    from .agent import space_dims
+    from .agent import input_dim, space_dims
 
     obs_dim, act_dim = space_dims(env.observation_space, env.action_space)
+    obs_dim = input_dim(cfg, obs_dim)  # what the learner sees
     if not cfg.eval_mode:  # what the learner actor would refuse, said here (exit 2 or 1), not as a Ray trace
         from .assemble import check_settings, check_weights_dir
 

@@ -96,6 +96,9 @@ class Config:
     memoryless: bool = _f(False, "Control experiment: reset the recurrent state (and previous action) "
                                  "every step, in acting and in training (batch_size * seq_len sequences of 1).",
                            group="learner")
+    reward_input: bool = _f(False, "Give the actor and critic the previous reward as one more input (pomdp-baselines "
+                                   "does): it reveals state that a partial observation hides (Pendulum-V: the "
+                                   "angle). The POMDP Pendulums' presets turn it on.", group="learner")
     quant: str = _f("on", "Quantization-aware actor (on) or plain fp32 (off).",
                     choices=("on", "off"), group="learner")
     quant_bits: int = _f(8, "Bits of the quantized actor's weights and inputs.", min=3, max=8,

@@ -14,7 +14,7 @@ from conftest import break_learner
 from helpers import ACT_SPACE, OBS_SPACE, dir_digests, play, small_cfg
 
 from sacbot import policy
-from sacbot.agent import Agent
+from sacbot.agent import Agent, AgentError
 from sacbot.channels import Channel, SaveSlot
 from sacbot.config import ConfigError
 from sacbot.messages import MessageError, NewEpisode, Shutdown, Transition, decode, encode, make_transition
@@ -657,3 +657,42 @@ def test_the_shared_learner_takes_a_restarted_bot_and_refuses_what_would_stop_or
     finally:
         final = server.close(timeout=30)
     assert final["final_save"]["ok"]
+
+
+@pytest.mark.timeout(60)
+def test_reward_input_appends_the_previous_reward_to_what_the_learner_sees(tmp_path):
+    """With reward_input the networks' observation is (obs, previous reward): 0 at an episode's
+    start, and a transition's next_obs carries its own reward, which is the next act's input."""
+    from sacbot.learner import LearnerLink
+    from sacbot.sac import SACLSTMLearner
+
+    class Recording(LearnerLink):
+        def wait_ready(self, timeout):
+            return True
+
+        def spaces(self):
+            return 4, 1
+
+        def close(self, acting_rng=None, timeout=0.0):
+            return {**self.status(), "final_save": {"ok": True}}
+
+    cfg = small_cfg(tmp_path, reward_input=True)
+    link = Recording(queue_size=100)
+    link.publish(SACLSTMLearner(4, 1, cfg).export_actor())  # the learner's input is obs_dim + 1
+    agent = Agent(cfg, OBS_SPACE, ACT_SPACE, learner=link)
+    rewards = [0.5, -2.0, 0.25]
+    for _ in range(2):
+        agent.new_episode("x")
+        for t, r in enumerate(rewards):
+            agent.act(np.full(3, t, np.float32))
+            agent.observe(r, np.full(3, t + 1, np.float32), False, t == len(rewards) - 1)
+    sent = [m for m in link.outbox.drain() if isinstance(m, Transition)]
+    assert len(sent) == 6
+    for k, t in enumerate(sent):
+        step = k % 3
+        assert t.obs.tolist() == [step] * 3 + [0.0 if step == 0 else rewards[step - 1]]
+        assert t.next_obs.tolist() == [step + 1] * 3 + [rewards[step]]
+    with pytest.raises(AgentError, match="obs_dim 3.*reward_input"):  # the other layout is refused
+        Agent(small_cfg(tmp_path, reward_input=False, run_dir=str(tmp_path / "r2")), OBS_SPACE, ACT_SPACE,
+              learner=link)
+    agent.close()
