@@ -43,7 +43,8 @@ class Channel:
     def send(self, msg, control_wait: float = 0.0) -> bool:
         """Queue ``msg`` if there is room; otherwise drop it and count.  A transition never
         blocks and is dropped once ``capacity`` transitions are queued (a :class:`Transitions`
-        block counts as its length and goes in or out whole).  A control message takes a
+        block counts as its length and goes in or out whole; one larger than ``capacity`` only
+        into an empty channel).  A control message takes a
         reserved place; if the learner has let even those fill up, it is dropped and counted (the
         acting thread never waits), unless the caller allows ``control_wait`` s (a close's
         Shutdown does)."""
@@ -51,7 +52,9 @@ class Channel:
         try:
             if n:
                 with self._lock:
-                    if self._held + n > self.capacity:
+                    # A block larger than the whole capacity goes into an empty channel: else it
+                    # could never go in (memory stays bounded by the larger of the two).
+                    if self._held + n > self.capacity and self._held:
                         raise queue.Full
                     self._held += n
                 try:

@@ -341,7 +341,8 @@ class RayLearnerClient(LearnerLink):
                 continue
             batch = [msg] + self.outbox.drain()
             deadline = time.monotonic() + SEND_PERIOD_S
-            while len(batch) < SEND_BATCH and not self._stop.is_set():
+            # Never more than the bot's own queue holds: the learner's inbox is sized from it.
+            while len(batch) < min(SEND_BATCH, self.outbox.capacity) and not self._stop.is_set():
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break

@@ -68,6 +68,9 @@ def test_a_block_counts_as_its_length_in_a_channel_and_goes_in_whole():
     assert ch.drops == {"transition": 3, "other": 0}
     assert len(ch.drain()) == 3 and len(ch) == 0
     assert ch.send((1, Transitions.of([tr(i) for i in range(5)])))
+    assert not ch.send(Transitions.of([tr(i) for i in range(7)]))  # larger than the capacity: not while 5 wait
+    ch.drain()
+    assert ch.send(Transitions.of([tr(i) for i in range(7)])) and len(ch) == 7  # but into an empty channel
 
 
 @pytest.mark.parametrize("data", [b"", b"\xc1", b"\x93\x01\x02", encode(tr())[:-3],
