@@ -42,9 +42,38 @@ EVAL_SEED0 = 10_000  # eval episodes: seeds EVAL_SEED0 + 100 * seed + k, apart f
 
 
 # --- evaluation of an exported actor --------------------------------------------------------
-def evaluate_actor(arrays, env_id: str, episodes: int, seed: int, memoryless: bool = False) -> float:
+def with_reward_input(env):
+    """``env`` whose observation ends with the previous reward (0 after a reset): the input an
+    Agent with ``reward_input`` gives its actor (sacbot/agent.py, ``_with_reward``)."""
+    import gymnasium as gym
+
+    class PrevRewardObs(gym.Wrapper):
+        def __init__(self, inner):
+            super().__init__(inner)
+            box = inner.observation_space
+            self.observation_space = gym.spaces.Box(-np.inf, np.inf, (int(np.prod(box.shape)) + 1,), np.float32)
+
+        def reset(self, **kw):
+            obs, info = self.env.reset(**kw)
+            return np.append(np.asarray(obs, np.float32).reshape(-1), np.float32(0.0)), info
+
+        def step(self, action):
+            obs, r, term, trunc, info = self.env.step(action)
+            return np.append(np.asarray(obs, np.float32).reshape(-1), np.float32(r)), r, term, trunc, info
+
+    return PrevRewardObs(env)
+
+
+def checkpoint_config(path: str) -> dict:
+    from sacbot import checkpoint as ck
+
+    return ck.read_checkpoint(path, entries=("actor",))["manifest"]["config"]
+
+
+def evaluate_actor(arrays, env_id: str, episodes: int, seed: int, memoryless: bool = False,
+                   reward_input: bool = False) -> float:
     """Mean return of the deterministic numpy actor; a memoryless actor starts every tick fresh,
-    as it acted in training."""
+    as it acted in training; with ``reward_input`` it sees the previous reward, as it did."""
     import gymnasium as gym
 
     import sacbot.envs  # noqa: F401 - registers the sacbot/* ids
@@ -52,6 +81,8 @@ def evaluate_actor(arrays, env_id: str, episodes: int, seed: int, memoryless: bo
 
     params = policy.build_params(arrays)
     env = gym.make(env_id)
+    if reward_input:
+        env = with_reward_input(env)
     low, high = env.action_space.low, env.action_space.high
     rets = []
     for ep in range(episodes):
@@ -129,13 +160,15 @@ def sacbot_curve(a, env_id: str, seed: int, memoryless: bool) -> dict:
     steps = ck.step_files(wdir)
     for _, path in steps:
         env_steps = int(ck.read_checkpoint(path, entries=("training",))["meta"]["env_steps"])
-        curve.append((env_steps, evaluate_actor(int8_actor(path), env_id, a.episodes, seed, memoryless)))
+        rin = bool(checkpoint_config(path).get("reward_input"))
+        curve.append((env_steps, evaluate_actor(int8_actor(path), env_id, a.episodes, seed, memoryless, rin)))
     out = {"curve": curve, "weights": wdir}
     if a.int8_vs_fp32 and steps:
         last = steps[-1][1]
-        out["fp32_final"] = evaluate_actor(fp32_actor(last), env_id, a.episodes, seed, memoryless)
+        rin = bool(checkpoint_config(last).get("reward_input"))
+        out["fp32_final"] = evaluate_actor(fp32_actor(last), env_id, a.episodes, seed, memoryless, rin)
         out["fp32_noclip_final"] = evaluate_actor(fp32_actor(last, clip=False), env_id, a.episodes, seed,
-                                                  memoryless)
+                                                  memoryless, rin)
     return out
 
 

@@ -111,6 +111,10 @@ def evaluate_run(name: str, wdir: str, a) -> list[dict]:
         for kind in ("int8", "fp32", "fp32-noclip") if a.fp32 and k == len(steps) - 1 else ("int8",):
             act, cfg = actor_fn(path, kind)
             env = gym.make(cfg["env"], **json.loads(cfg.get("env_kwargs") or "{}"))
+            if cfg.get("reward_input"):
+                from tools.bench_learning import with_reward_input
+
+                env = with_reward_input(env)
             r = play(env, act, a.episodes)
             man = ck.read_checkpoint(path, entries=("actor",))["manifest"]
             r.update(run=name, env_steps=int(man["env_steps"]), grad_steps=int(man["step"]),
