@@ -251,6 +251,7 @@ class Agent:
                                               "policy_version": self.policy_version, **outcome,
                                               **self._latency.summary_us()})
         self.pstate = policy.initial_state(self.params)
+        self._prev_reward = 0.0  # a next act() without new_episode() starts a fresh episode too
         self._ep_return, self._ep_len = 0.0, 0
         self._latency.reset()
 

@@ -702,6 +702,8 @@ def config_differences(saved_cfg: dict, cfg: dict) -> list[tuple[str, object, ob
     bits of a saved fp32 actor, which has no integer grid."""
     out = []
     for key in RESUME_FIELDS:
+        if key in _ABSENT_MEANS and key in cfg:  # files from before the field had its behaviour
+            saved_cfg = {key: _ABSENT_MEANS[key], **saved_cfg}
         if key not in saved_cfg or key not in cfg:
             continue
         if key == "quant_bits" and saved_cfg.get("quant", "on") != "on":
@@ -711,6 +713,10 @@ def config_differences(saved_cfg: dict, cfg: dict) -> list[tuple[str, object, ob
     return out
 
 
+# A saved config without these fields was trained with this value (the field came later).
+_ABSENT_MEANS = {"reward_input": False}
+
+
 def check_shapes(ckpt: dict, expect: dict, path: str) -> None:
     """Raise CheckpointMismatch when the checkpoint's bot does not fit ``expect``: obs_dim and
     act_dim (from the env), and every field of ``RESUME_FIELDS`` that ``expect`` holds (it may
@@ -718,14 +724,16 @@ def check_shapes(ckpt: dict, expect: dict, path: str) -> None:
     field with both values."""
     spaces = ckpt["manifest"].get("spaces", {})
     cfg = ckpt["manifest"].get("config", {})
-    for key in ("obs_dim", "act_dim"):
-        if key in expect and spaces.get(key) != expect[key]:
-            raise CheckpointMismatch(f"{path}: {key} is {spaces.get(key)}, the env needs {expect[key]}")
+    # Settings first: a changed reward_input also changes obs_dim, and the setting is the cause.
     diffs = config_differences(cfg if isinstance(cfg, dict) else {}, expect)
     if diffs:
         raise CheckpointMismatch("; ".join(f"{path} holds a bot with {k} = {saved!r}, this run asks for "
                                            f"{k} = {now!r} ({RESUME_FIELDS[k]} differ)"
                                            for k, saved, now in diffs))
+    for key in ("obs_dim", "act_dim"):
+        if key in expect and spaces.get(key) != expect[key]:
+            what = "the networks' input (the env's obs_dim, + 1 with reward_input)" if key == "obs_dim" else "the env"
+            raise CheckpointMismatch(f"{path}: {key} is {spaces.get(key)}, {what} needs {expect[key]}")
 
 
 def set_aside(path: str) -> str:

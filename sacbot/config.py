@@ -98,7 +98,10 @@ class Config:
                            group="learner")
     reward_input: bool = _f(False, "Give the actor and critic the previous reward as one more input (pomdp-baselines "
                                    "does): it reveals state that a partial observation hides (Pendulum-V: the "
-                                   "angle). The POMDP Pendulums' presets turn it on.", group="learner")
+                                   "angle). The POMDP Pendulums' presets turn it on. It shares the input "
+                                   "quantizer's one scale with the observation, so rewards should be of the "
+                                   "observation's size; the game must call observe() every tick, eval too.",
+                            group="learner")
     quant: str = _f("on", "Quantization-aware actor (on) or plain fp32 (off).",
                     choices=("on", "off"), group="learner")
     quant_bits: int = _f(8, "Bits of the quantized actor's weights and inputs.", min=3, max=8,

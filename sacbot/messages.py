@@ -243,8 +243,10 @@ def _block(obs, action, reward, next_obs, term, trunc) -> Transitions:
     cols = (obs, action, reward, next_obs, term, trunc)
     if not all(isinstance(a, np.ndarray) for a in cols):
         raise MessageError("transition block columns must be arrays")
-    n = len(reward) if reward.ndim == 1 else -1
-    if n < 1 or any(a.shape[:1] != (n,) for a in cols):
+    if reward.ndim != 1 or len(reward) < 1:
+        raise MessageError(f"a transition block needs a 1-D reward column of one row or more, got {reward.shape}")
+    n = len(reward)
+    if any(a.shape[:1] != (n,) for a in cols):
         raise MessageError(f"transition block columns differ in length: {[a.shape for a in cols]}")
     if not (all(a.dtype == np.float32 and a.ndim == 2 for a in (obs, action, next_obs))
             and obs.shape == next_obs.shape and reward.dtype == np.float64

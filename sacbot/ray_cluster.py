@@ -166,6 +166,8 @@ class LearnerServer:
             msgs = decode_batch(data)
         except MessageError as e:
             log.error("bot %s sent an undecodable batch: %s", source, e)
+            with self._lock:
+                self._refused += 1
             return self._snap[0]
         bad = self._refuse(source, msgs)
         if bad:  # one careless client must not stop (or poison) the learner every bot shares
@@ -286,7 +288,7 @@ class LearnerServer:
         return os.getpid()
 
 
-INGEST_GROUP = "ingest"  # the concurrency group of ``send``: see learner_options
+INGEST_GROUP = "ingest"  # the concurrency group of ``send``: see learner_actor
 
 
 def learner_actor(spec: LearnerSpec, queue_size: int, num_cpus: float = 1.0, num_gpus: float = 0.0,
@@ -294,20 +296,23 @@ def learner_actor(spec: LearnerSpec, queue_size: int, num_cpus: float = 1.0, num
     """Start (or find, by name) the cluster's learner actor (``cls``: LearnerServer or a subclass).
 
     Restarts are Ray's (``max_restarts``, retried calls).  ``send`` runs in a concurrency group of
-    its own with one thread (callers name it: ``send_batch``): batches are decoded and stored one
-    at a time, so ingest takes at most one thread's turns at the GIL from the training thread,
-    however many bots send; pulls and status calls run in the default group meanwhile and never
-    wait behind a send."""
+    its own with one thread, however a client calls it: batches are decoded and stored one at a
+    time, so ingest takes at most one thread's turns at the GIL from the training thread, however
+    many bots send; pulls and status calls run in the default group meanwhile and never wait
+    behind a send."""
     ray = require_ray()
-    actor_cls = ray.remote(concurrency_groups={INGEST_GROUP: 1})(cls or LearnerServer)
+    base = cls or LearnerServer
+
+    class Grouped(base):  # type: ignore[misc, valid-type]
+        @ray.method(concurrency_group=INGEST_GROUP)
+        def send(self, *args, **kwargs):
+            return super().send(*args, **kwargs)
+
+    Grouped.__name__ = Grouped.__qualname__ = base.__name__  # Ray names the worker process by it
+    actor_cls = ray.remote(concurrency_groups={INGEST_GROUP: 1})(Grouped)
     return actor_cls.options(name=LEARNER_NAME, namespace=NAMESPACE, get_if_exists=True, max_restarts=-1,
                              max_task_retries=-1, num_cpus=num_cpus, num_gpus=num_gpus,
                              max_concurrency=3).remote(spec, queue_size)
-
-
-def send_batch(learner, source: int, data: bytes, info: dict | None, seq: tuple | None = None):
-    """``learner.send`` in its concurrency group; returns the call's ObjectRef."""
-    return learner.send.options(concurrency_group=INGEST_GROUP).remote(source, data, info, seq)
 
 
 # --- a bot's handle on the learner --------------------------------------------------------------
@@ -341,7 +346,8 @@ class RayLearnerClient(LearnerLink):
                 continue
             batch = [msg] + self.outbox.drain()
             deadline = time.monotonic() + SEND_PERIOD_S
-            # Never more than the bot's own queue holds: the learner's inbox is sized from it.
+            # Up to about twice the bot's own queue size (the last drain takes what waits): the
+            # learner's inbox is sized from it (4 queues or more), so a batch always fits there.
             while len(batch) < min(SEND_BATCH, self.outbox.capacity) and not self._stop.is_set():
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -358,7 +364,7 @@ class RayLearnerClient(LearnerLink):
                     "lost_in_flight": self.lost_in_flight}
             self._seq += 1
             seq = (self._seq, min([self._seq, *seq_of.values()]), self.client)
-            seq_of[(ref := send_batch(self.learner, self.source, encode_batch(batch), info, seq))] = self._seq
+            seq_of[(ref := self.learner.send.remote(self.source, encode_batch(batch), info, seq))] = self._seq
             in_flight.append(ref)
         if in_flight:  # what is still on its way gets a moment to land
             done, _ = ray.wait(in_flight, num_returns=len(in_flight), timeout=5.0)

@@ -165,11 +165,16 @@ def ready_to_learn(state: TrainingState) -> bool:
     return len(state.replay) >= max(state.cfg.learning_starts, 1) and state.replay.can_sample(batch, seq)
 
 
+PUBLISH_EVERY_STEPS = 64  # inside a long pass too: bots act on an actor at most this many steps old
+
+
 def train_pass(state: TrainingState, offer_save: Callable[[TrainingState], bool] | None = None,
-               stop: threading.Event | None = None) -> dict:
+               stop: threading.Event | None = None, publish: Callable[[], None] | None = None) -> dict:
     """Run the gradient steps owed.  Returns the pass's metrics (losses averaged).
     If ``stop`` is set mid-pass, the steps not taken stay owed (carried), so a close is
-    prompt and a resumed run still takes them."""
+    prompt and a resumed run still takes them.  ``publish`` is called every
+    ``PUBLISH_EVERY_STEPS`` steps of a longer pass (by count, so lockstep runs stay exact); the
+    caller publishes at its end."""
     cfg = state.cfg
     drained = state.pending
     n = steps_owed(state)  # consumes what was drained; the fraction carries
@@ -203,6 +208,8 @@ def train_pass(state: TrainingState, offer_save: Callable[[TrainingState], bool]
         if offer_save is not None and state.grad_steps % cfg.save_interval == 0:
             if not offer_save(state):
                 state.save_offers_dropped += 1
+        if publish is not None and done % PUBLISH_EVERY_STEPS == 0 and done < n:
+            publish()
     avg = {k: v / done for k, v in sums.items()} if done else {}
     if avg:
         state.losses = avg
@@ -344,7 +351,7 @@ class LearnerLoop:
             self.learning = True  # said once: tells a person (or a test) training began
             log.info("learning started with %d transitions in the buffer", len(s.replay))
         t0 = time.perf_counter()
-        line = train_pass(s, self._offer_save, self.stop)
+        line = train_pass(s, self._offer_save, self.stop, self._publish)
         dt = time.perf_counter() - t0
         if line["grad_steps"]:
             self.steps_per_s = line["grad_steps"] / max(dt, 1e-9)

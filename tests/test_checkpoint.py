@@ -769,6 +769,17 @@ def test_each_field_that_changes_the_learner_is_a_mismatch_naming_both_values(go
         ck.check_shapes(c, {"obs_dim": 3, "act_dim": 1, **Config(**{"hidden": 8, field: now}).to_dict()}, "x.zip")
 
 
+def test_a_file_from_before_reward_input_is_named_as_that_setting_not_as_an_obs_dim(good_dir):
+    """Saved without the field (so trained without the input), resumed with it on (a preset): the
+    message names reward_input, the cause, not only the wider observation it makes."""
+    saved = {k: v for k, v in Config(hidden=8).to_dict().items() if k != "reward_input"}
+    rebuild(good_dir / ck.LATEST, good_dir / "x.zip", manifest_edit=lambda m: m.update(config=saved))
+    c = ck.read_checkpoint(str(good_dir / "x.zip"))
+    with pytest.raises(ck.CheckpointMismatch, match="reward_input = False, this run asks for reward_input = True"):
+        ck.check_shapes(c, {"obs_dim": 4, "act_dim": 1, **Config(hidden=8, reward_input=True).to_dict()}, "x.zip")
+    ck.check_shapes(c, {"obs_dim": 3, "act_dim": 1, **Config(hidden=8).to_dict()}, "x.zip")  # the same bot loads
+
+
 def test_other_fields_resume_and_several_differences_are_all_named():
     saved = Config(hidden=8).to_dict()
     changed = Config(hidden=8, buffer_size=5000, batch_size=64, seq_len=8, lr=1e-3, device="cpu", utd_ratio=4.0,

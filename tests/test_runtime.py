@@ -197,6 +197,22 @@ def test_utd_steps_with_fractional_carry(tmp_path):
     assert st.grad_steps == 9 and st.utd_carry == pytest.approx(0.0)
 
 
+def test_a_long_pass_publishes_every_64_steps_and_leaves_the_last_to_the_caller(tmp_path, monkeypatch):
+    import sacbot.training as training
+
+    monkeypatch.setattr(training, "PUBLISH_EVERY_STEPS", 4)
+    st = TrainingState.fresh(small_cfg(tmp_path, learning_starts=0), 3, 1)
+    at = []
+    for i in range(10):
+        handle_message(st, tr(i))
+    train_pass(st, publish=lambda: at.append(st.grad_steps))
+    assert at == [4, 8]  # not at 10: the caller publishes once the pass ends
+    for i in range(4):
+        handle_message(st, tr(i))
+    train_pass(st, publish=lambda: at.append(st.grad_steps))
+    assert at == [4, 8]  # a pass of exactly 4 steps: only the caller's
+
+
 @pytest.mark.parametrize("memoryless", [False, True])
 def test_memoryless_control_trains_on_single_steps_and_acts_without_state(tmp_path, memoryless):
     st = TrainingState.fresh(small_cfg(tmp_path, learning_starts=0, memoryless=memoryless), 3, 1)
@@ -695,6 +711,9 @@ def test_reward_input_appends_the_previous_reward_to_what_the_learner_sees(tmp_p
         step = k % 3
         assert t.obs.tolist() == [step] * 3 + [0.0 if step == 0 else rewards[step - 1]]
         assert t.next_obs.tolist() == [step + 1] * 3 + [rewards[step]]
+    agent.act(np.zeros(3, np.float32))  # after a terminal step without new_episode(): a fresh start
+    agent.observe(1.0, np.zeros(3, np.float32), False, False)
+    assert [m for m in link.outbox.drain() if isinstance(m, Transition)][0].obs[-1] == 0.0
     with pytest.raises(AgentError, match="obs_dim 3.*reward_input"):  # the other layout is refused
         Agent(small_cfg(tmp_path, reward_input=False, run_dir=str(tmp_path / "r2")), OBS_SPACE, ACT_SPACE,
               learner=link)

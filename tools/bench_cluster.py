@@ -282,11 +282,7 @@ class Feeder:
     """Calls ``learner.send`` with pre-encoded batches, ``in_flight`` outstanding, from ``sources``
     bots (each bot's batches in its own episode order)."""
 
-    def __init__(self, ray, learner, batches, sources: int, in_flight: int, grouped: bool = True):
-        from sacbot.ray_cluster import send_batch
-
-        # grouped: in the learner's ingest concurrency group, as a bot sends (a bare actor has none)
-        self.send = send_batch if grouped else (lambda actor, *args: actor.send.remote(*args))
+    def __init__(self, ray, learner, batches, sources: int, in_flight: int):
         self.ray, self.learner, self.batches = ray, learner, batches
         self.sources, self.in_flight = sources, in_flight
         self.calls = 0
@@ -313,7 +309,7 @@ class Feeder:
                 self._settle(done)
             k = self.calls
             src, pos = k % self.sources, (k // self.sources) % len(self.batches)
-            pending.append(self.send(self.learner, src, self.batches[pos], {"policy_version": 0}))
+            pending.append(self.learner.send.remote(src, self.batches[pos], {"policy_version": 0}))
             self.calls += 1
             sent += per_batch
         if pending:
@@ -498,7 +494,7 @@ def ray_call_cost(ray, a) -> dict:
     e = Echo.remote()
     try:
         ray.get(e.send.remote(0, b"", None))
-        f = Feeder(ray, e, [b"\x90"], 1, a.in_flight, grouped=False)
+        f = Feeder(ray, e, [b"\x90"], 1, a.in_flight)
         f.run(until=time.monotonic() + 1.0)
         k0, t0 = f.calls, time.monotonic()
         f.run(until=t0 + min(5.0, a.seconds))

@@ -55,6 +55,10 @@ def main() -> int:
         st = policy.initial_state(params)
     kwargs.update(opponents=[a.opponent], schedule="fixed", max_ticks=a.max_ticks)
     env = gym.make("sacbot/TankDuel-v0", render_mode="rgb_array", **kwargs)
+    if params is not None and cfg.get("reward_input"):  # the actor reads the previous reward too
+        from bench_learning import with_reward_input  # this script's own directory: tools/
+
+        env = with_reward_input(env)
     obs, _ = env.reset(seed=a.seed)
     rng = np.random.default_rng(a.seed)
     frames, ret, done, t = [], 0.0, False, 0
