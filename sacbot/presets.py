@@ -17,9 +17,10 @@ PRESETS: dict[str, dict] = {
     # Pendulum with the angle alone: pomdp-baselines' gamma (configs/pomdp/pendulum, 0.9).  Side by
     # side, 25k lockstep steps, eval of 10 episodes, seeds 0 and 1 (docs/learner.md, session 5):
     # gamma 0.9 -145 and -158, the default 0.99 -154 and -208, and 0.9 was ahead all the way
-    # (at 11k: -274 and -176 against -697 and -507).  And the previous reward as an input, as
-    # pomdp-baselines' recurrent agents take it (session 6, docs/learner.md).
-    "sacbot/Pendulum-P-v0": {"gamma": 0.9, "reward_input": True},
+    # (at 11k: -274 and -176 against -697 and -507).  And, as pomdp-baselines' recurrent agents
+    # have them, the previous reward as an input and 128 LSTM units (session 6, docs/learner.md):
+    # 3 seeds at 25k, -129, -130, -197 (mean -152); at hidden 64 -129, -127, -348 (mean -201).
+    "sacbot/Pendulum-P-v0": {"gamma": 0.9, "reward_input": True, "hidden": 128},
     # Velocity alone: the same anchor.  The reward (-(angle^2 + ...)) tells the angle the
     # observation hides: with it, seed 0 reached -127 at 10k steps, without it -593 at 25k.
     "sacbot/Pendulum-V-v0": {"gamma": 0.9, "reward_input": True},
