@@ -89,7 +89,9 @@ def _attach(cfg: Config, learner, obs_dim: int, act_dim: int) -> Start:
 
 # --- eval ------------------------------------------------------------------------------------
 def _eval(cfg: Config, obs_dim: int, act_dim: int, log) -> Start:
-    expect = {"obs_dim": obs_dim, "act_dim": act_dim}  # the export carries its own sizes
+    # The export carries its own sizes; of the settings only the inputs must agree (and naming
+    # reward_input says why a wider input is asked for).
+    expect = {"obs_dim": obs_dim, "act_dim": act_dim, "reward_input": cfg.reward_input}
     try:
         # Actor-only: eval reads the deployable actor export and the manifest, nothing else.
         found = ck.load_latest(cfg.weights_dir, expect, entries=("actor",), log=log, set_aside_bad=False,

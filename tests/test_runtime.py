@@ -718,3 +718,16 @@ def test_reward_input_appends_the_previous_reward_to_what_the_learner_sees(tmp_p
         Agent(small_cfg(tmp_path, reward_input=False, run_dir=str(tmp_path / "r2")), OBS_SPACE, ACT_SPACE,
               learner=link)
     agent.close()
+
+
+@pytest.mark.timeout(60)
+def test_eval_of_a_bot_trained_without_reward_input_names_the_setting(tmp_path):
+    """An upgrade case: the POMDP presets turn reward_input on; a bot saved before must be named
+    as of the other setting (not only as a narrower input), and evals with it off."""
+    with Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE) as agent:
+        play(agent, 12)
+    with pytest.raises(ConfigError, match="reward_input = False, this run asks for reward_input = True"):
+        Agent(small_cfg(tmp_path, eval_mode=True, reward_input=True, run_dir=str(tmp_path / "e1")),
+              OBS_SPACE, ACT_SPACE)
+    with Agent(small_cfg(tmp_path, eval_mode=True, run_dir=str(tmp_path / "e2")), OBS_SPACE, ACT_SPACE) as ev:
+        assert ev.loaded_from is not None
