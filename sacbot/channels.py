@@ -22,7 +22,7 @@ import threading
 from .messages import Transition, Transitions
 
 
-def _weight(msg) -> int:
+def transitions_in(msg) -> int:
     """How many transitions ``msg`` (or a many-bot learner's ``(source, msg)``) carries."""
     m = msg[1] if isinstance(msg, tuple) else msg
     if isinstance(m, Transition):
@@ -48,7 +48,7 @@ class Channel:
         reserved place; if the learner has let even those fill up, it is dropped and counted (the
         acting thread never waits), unless the caller allows ``control_wait`` s (a close's
         Shutdown does)."""
-        n = _weight(msg)
+        n = transitions_in(msg)
         try:
             if n:
                 with self._lock:
@@ -92,7 +92,7 @@ class Channel:
         return out
 
     def _release(self, msgs: list) -> None:
-        n = sum(_weight(m) for m in msgs)
+        n = sum(transitions_in(m) for m in msgs)
         if n:
             with self._lock:
                 self._held -= n

@@ -696,14 +696,18 @@ RESUME_FIELDS = {
 }
 
 
+# A saved config without these fields was trained with this value (the field came later).
+_ABSENT_MEANS = {"reward_input": False}
+
+
 def config_differences(saved_cfg: dict, cfg: dict) -> list[tuple[str, object, object]]:
     """(field, saved value, value now) for each field of ``RESUME_FIELDS`` that differs.  Fields
-    absent from either side are not compared (older checkpoints lack newer fields), nor are the
-    bits of a saved fp32 actor, which has no integer grid."""
+    absent from either side are not compared (older checkpoints lack newer fields) unless
+    ``_ABSENT_MEANS`` says what their absence meant, nor are the bits of a saved fp32 actor, which
+    has no integer grid."""
     out = []
+    saved_cfg = {**{k: v for k, v in _ABSENT_MEANS.items() if k in cfg}, **saved_cfg}
     for key in RESUME_FIELDS:
-        if key in _ABSENT_MEANS and key in cfg:  # files from before the field had its behaviour
-            saved_cfg = {key: _ABSENT_MEANS[key], **saved_cfg}
         if key not in saved_cfg or key not in cfg:
             continue
         if key == "quant_bits" and saved_cfg.get("quant", "on") != "on":
@@ -712,9 +716,6 @@ def config_differences(saved_cfg: dict, cfg: dict) -> list[tuple[str, object, ob
             out.append((key, saved_cfg[key], cfg[key]))
     return out
 
-
-# A saved config without these fields was trained with this value (the field came later).
-_ABSENT_MEANS = {"reward_input": False}
 
 
 def check_shapes(ckpt: dict, expect: dict, path: str) -> None:

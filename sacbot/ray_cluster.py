@@ -35,6 +35,7 @@ import threading
 import time
 import uuid
 
+from .channels import transitions_in
 from .config import Config, ConfigError
 from .learner import LearnerLink, LearnerSpec
 from .messages import MAX_ABS_REWARD, MessageError, Transition, Transitions, decode_batch, encode_batch, pack, unpack
@@ -186,7 +187,7 @@ class LearnerServer:
             ready = order.put(number, floor, msgs)
             for batch in ready:  # under the lock: two calls never interleave their batches
                 for m in batch:
-                    n = len(m) if isinstance(m, Transitions) else int(isinstance(m, Transition))
+                    n = transitions_in(m)
                     if self.inbox.send((source, m)):
                         self._received += n
                     else:
