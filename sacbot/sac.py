@@ -53,6 +53,34 @@ def tanh_log_prob(u: torch.Tensor, mu: torch.Tensor, log_std: torch.Tensor) -> t
     return (gauss - correction).sum(-1)
 
 
+def n_step_targets(rew: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
+                   valid: torch.Tensor, v_next: torch.Tensor, gamma: float, n: int) -> torch.Tensor:
+    """Soft TD targets over up to ``n`` rewards, all (T, B) time-major; ``v_next[t]`` is the soft
+    value of the observation after step t.
+
+    y_t = r_t + g r_{t+1} + ... + g^(m-1) r_{t+m-1} + g^m (1 - terminated_{t+m-1}) v_next[t+m-1],
+    where m <= n stops early at the episode's end (terminated or truncated: neither is summed
+    across) and at the window's last real step.  n = 1 is the one-step target.  A reward that
+    lands ~30 ticks after the shot that earned it (TankDuel) reaches the shot's value in 30 / n
+    bootstraps instead of 30.  Like R2D2's n-step, it is not corrected for the policy that acted.
+    """
+    def ahead(x: torch.Tensor, j: int) -> torch.Tensor:  # row t holds x[t + j]; zeros past the window
+        return torch.cat([x[j:], x.new_zeros((min(j, x.shape[0]), *x.shape[1:]))]) if j else x
+
+    y = torch.zeros_like(rew)
+    alive = valid.bool()  # step t still summing rewards
+    discount = 1.0
+    for k in range(n):
+        r_k, term_k, v_k = ahead(rew, k), ahead(terminated, k), ahead(v_next, k)
+        y = y + alive.to(y.dtype) * discount * r_k
+        # Bootstrap where the sum stops: after n rewards, at the episode's end, or at the window's.
+        stop = alive & ((term_k + ahead(truncated, k) > 0) | (k == n - 1) | (ahead(valid, k + 1) <= 0))
+        y = y + stop.to(y.dtype) * (discount * gamma) * (1.0 - term_k) * v_k
+        alive = alive & ~stop
+        discount *= gamma
+    return y
+
+
 class Actor(nn.Module):
     """fc1 -> LSTM(h) -> fc2(128) -> [mean | log-std] head, all quantization-aware."""
 
@@ -208,7 +236,8 @@ class SACLSTMLearner:
             q_next = self.target.heads(hw_targ, a_pi[1:].detach()).min(0).values
             v_next = q_next - alpha * logp[1:]
             # Bootstrap through truncation, never through termination.
-            y = t["rew"] + cfg.gamma * (1.0 - t["terminated"]) * v_next
+            y = n_step_targets(t["rew"], t["terminated"], t["truncated"], t["valid"], v_next, cfg.gamma,
+                               1 if cfg.memoryless else cfg.n_step)
         q = self.critic.heads(hw, act)
         critic_loss = (((q - y) ** 2) * mask).sum() / n
 

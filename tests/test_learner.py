@@ -15,7 +15,7 @@ from sacbot.config import Config
 from sacbot.envs.memory import CueMemory
 from sacbot.quant import QLSTM, QUANTIZING, QLinear
 from sacbot.replay import SequenceReplay
-from sacbot.sac import SACLSTMLearner, tanh_log_prob
+from sacbot.sac import SACLSTMLearner, n_step_targets, tanh_log_prob
 
 torch.set_num_threads(1)
 OBS, ACT = 35, 4
@@ -233,6 +233,50 @@ def test_target_uses_one_minus_terminated():
     wrong_y = rew + 10.0  # bootstrapping through termination
     wrong = float((((q_before - wrong_y) ** 2) * mask).sum() / mask.sum())
     assert abs(m["critic_loss"] - wrong) > 1.0
+
+
+def _n_step_by_hand(rew, term, trunc, valid, v_next, gamma, n):
+    """The n-step target written out step by step, per sequence, as the docstring states it."""
+    T, B = rew.shape
+    y = np.zeros((T, B))
+    for b in range(B):
+        for t in range(T):
+            if not valid[t, b]:
+                continue
+            total, k = 0.0, 0
+            while True:
+                total += gamma**k * rew[t + k, b]
+                ended = term[t + k, b] or trunc[t + k, b]
+                if ended or k == n - 1 or t + k + 1 >= T or not valid[t + k + 1, b]:
+                    total += gamma ** (k + 1) * (1 - term[t + k, b]) * v_next[t + k, b]
+                    break
+                k += 1
+            y[t, b] = total
+    return y
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 40])
+def test_n_step_targets_match_the_sum_written_out(n):
+    """Ends of episodes (terminated: no bootstrap; truncated: bootstrap) and of the window
+    (padding) cut the sum short; n past the window's length is the same as its length."""
+    rng = np.random.default_rng(n)
+    T, B, gamma = 12, 64, 0.9
+    rew, v_next = rng.normal(size=(T, B)), rng.normal(size=(T, B))
+    ends = rng.random((T, B))
+    term, trunc = (ends < 0.08).astype(float), ((ends >= 0.08) & (ends < 0.16)).astype(float)
+    valid = np.ones((T, B))
+    for b in range(B):  # windows that reached an episode's end, or the newest data, are padded
+        stop = rng.integers(1, T + 1)
+        valid[stop:, b] = 0
+        rew[stop:, b] = term[stop:, b] = trunc[stop:, b] = 0
+    got = n_step_targets(*(torch.as_tensor(x, dtype=torch.float64) for x in (rew, term, trunc, valid, v_next)),
+                         gamma, n).numpy()
+    want = _n_step_by_hand(rew, term, trunc, valid, v_next, gamma, n)
+    np.testing.assert_allclose(got * valid, want, rtol=1e-12, atol=1e-12)
+    if n == 1:  # the one-step target, as update() computed it before n-step returns
+        np.testing.assert_allclose(got * valid, (rew + gamma * (1 - term) * v_next) * valid, atol=1e-12)
+    else:  # and n > 1 differs from it wherever a sum went past one step
+        assert np.abs(got - _n_step_by_hand(rew, term, trunc, valid, v_next, gamma, 1)).max() > 0.1
 
 
 def _memory_run(memoryless: bool, steps: int = 1500, seed: int = 0) -> float:
