@@ -36,6 +36,14 @@ def test_the_tank_duels_keep_their_low_temperature_and_dense_rewards_get_the_def
         assert load_config(None, {}, {"env": env_id}).init_alpha == 1.0
 
 
+def test_the_tank_duel_gets_n_step_returns_and_a_flag_or_env_var_takes_them_back():
+    # A hit's reward lands 20-40 ticks after the shot (docs/learner.md, session 7).
+    assert load_config(None, {}, {"env": "sacbot/TankDuel-v0"}).n_step == 5
+    assert load_config(None, {}, {"env": "sacbot/TankDuel-v0", "n_step": "1"}).n_step == 1
+    assert load_config(None, {"SACBOT_N_STEP": "3"}, {}).n_step == 3  # the default env is TankDuel
+    assert Config.n_step == 1 and load_config(None, {}, {"env": "Pendulum-v1"}).n_step == 1
+
+
 def test_preset_for_hands_out_a_copy():
     name, values = preset_for("sacbot/TankDuel-v0")
     values["init_alpha"] = 0.5
