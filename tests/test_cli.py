@@ -254,8 +254,15 @@ def test_sigint_during_start_up_exits_130_with_one_line(tmp_path):
     writing, so the child is certainly still starting up): one line, exit 130."""
     fifo = tmp_path / "bot.toml"
     os.mkfifo(fifo)
-    p = subprocess.Popen(SACBOT + run_args(tmp_path, "--config", str(fifo)), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    # A suite started in the background without job control (`make test &`) has SIGINT ignored,
+    # and an ignored signal stays ignored across exec, so the child would never see this one: it
+    # is given the default, as a shell in the foreground gives it.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        p = subprocess.Popen(SACBOT + run_args(tmp_path, "--config", str(fifo)), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     fd = None
     try:
         # A blocking open for writing returns exactly when the child opens the FIFO to read it:
