@@ -70,7 +70,7 @@ def n_step_targets(rew: torch.Tensor, terminated: torch.Tensor, truncated: torch
     y = torch.zeros_like(rew)
     alive = valid.bool()  # step t still summing rewards
     discount = 1.0
-    for k in range(n):
+    for k in range(min(n, rew.shape[0])):  # by the window's last step every sum has stopped
         r_k, term_k, v_k = ahead(rew, k), ahead(terminated, k), ahead(v_next, k)
         y = y + alive.to(y.dtype) * discount * r_k
         # Bootstrap where the sum stops: after n rewards, at the episode's end, or at the window's.
