@@ -279,6 +279,50 @@ def test_n_step_targets_match_the_sum_written_out(n):
         assert np.abs(got - _n_step_by_hand(rew, term, trunc, valid, v_next, gamma, 1)).max() > 0.1
 
 
+@pytest.mark.parametrize("memoryless", [False, True])
+def test_update_uses_n_step_targets_and_the_control_keeps_one_step(memoryless):
+    """Through update(): a target critic that says 10 everywhere, alpha ~ 0, gamma 0.5, n_step 3;
+    the critic loss must be the one for the 3-step sums over each window (written out by hand),
+    and for the memoryless control (one-step sequences) the one-step target."""
+    cfg = Config(quant="off", gamma=0.5, n_step=3, seed=0, hidden=8, memoryless=memoryless)
+    learner = SACLSTMLearner(2, 1, cfg)
+    with torch.no_grad():
+        for p in learner.target.parameters():
+            p.zero_()
+        learner.target.b2.fill_(10.0)
+        learner.log_alpha.fill_(-30.0)
+    buf = SequenceReplay(256, 2, 1)
+    rng = np.random.default_rng(0)
+    for i in range(200):  # episodes of 7 steps that terminate, of 5 that are truncated
+        buf.add([0, 0], [0.0], float(rng.normal()), [0, 0], i % 12 == 6, i % 12 == 11)
+    seq = 1 if memoryless else 6
+    # Burn-in: windows near an episode's start get fewer warm-up steps and real steps after the
+    # trained ones (valid, not in the loss), which the sums must still run through.
+    batch = buf.sample(64 if memoryless else 16, seq, np.random.default_rng(1), 0 if memoryless else 3)
+    captured = {}
+    orig = learner.critic.heads
+
+    def spy(hw, act, detach_params=False):
+        q = orig(hw, act, detach_params)
+        if not detach_params:
+            captured["q"] = q
+        return q
+
+    learner.critic.heads = spy
+    m = learner.update(batch)
+    q = captured["q"].detach().double()
+    rew, term, trunc, valid, mask = (np.asarray(x, np.float64).T for x in
+                                     (batch.rew, batch.terminated, batch.truncated, batch.valid, batch.mask))
+    y = _n_step_by_hand(rew, term, trunc, valid, np.full(rew.shape, 10.0), 0.5, 1 if memoryless else 3)
+    y = torch.as_tensor(y)
+    mask_t = torch.as_tensor(mask)
+    expected = float((((q - y) ** 2) * mask_t).sum() / mask_t.sum())
+    assert m["critic_loss"] == pytest.approx(expected, rel=1e-4)
+    if not memoryless:  # and it is not the one-step loss
+        y1 = torch.as_tensor(_n_step_by_hand(rew, term, trunc, valid, np.full(rew.shape, 10.0), 0.5, 1))
+        assert abs(float((((q - y1) ** 2) * mask_t).sum() / mask_t.sum()) - m["critic_loss"]) > 0.1
+
+
 def _memory_run(memoryless: bool, steps: int = 1500, seed: int = 0) -> float:
     cfg = Config(hidden=32, batch_size=32, seq_len=1 if memoryless else 4, lr=1e-3, gamma=0.9,
                  calib_updates=200, seed=seed)
