@@ -14,8 +14,8 @@ PRESETS: dict[str, dict] = {
     # the shot, and with one-step targets the learnt trigger decayed (fire rate and power fell,
     # the aim did not) and the win rate with it.  Against sitting_duck, 3 seeds to 40k
     # (docs/learner.md, session 7): n_step 5 first reached 90% at 6.0k, 8.5k and 11k env steps
-    # and never fell below 80% after; n_step 1 fell to 75% after 90% on one seed and dipped
-    # to 10-15% before reaching it on the other two.
+    # and never fell below 80% after (two more seeds: one did, to 50%, early); n_step 1 fell to
+    # 75% after 90% on one seed and dipped to 10-15% before reaching it on the other two.
     "sacbot/TankDuel-v0": {"init_alpha": 0.02, "n_step": 5},
     # The same rewards, so the same temperature; only the observation differs.
     "sacbot/TankDuelRadar-v0": {"init_alpha": 0.02},
