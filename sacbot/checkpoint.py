@@ -717,7 +717,6 @@ def config_differences(saved_cfg: dict, cfg: dict) -> list[tuple[str, object, ob
     return out
 
 
-
 def check_shapes(ckpt: dict, expect: dict, path: str) -> None:
     """Raise CheckpointMismatch when the checkpoint's bot does not fit ``expect``: obs_dim and
     act_dim (from the env), and every field of ``RESUME_FIELDS`` that ``expect`` holds (it may

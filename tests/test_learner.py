@@ -197,22 +197,20 @@ def test_tanh_log_prob_matches_numerical_density():
         assert abs(ours - numeric) < 1e-3, (a, ours, numeric)
 
 
-def test_target_uses_one_minus_terminated():
-    """With gamma=1 and a critic whose target is known, terminated steps must not bootstrap
-    while truncated ones must."""
-    cfg = Config(quant="off", gamma=1.0, seed=0, hidden=8)
-    learner = SACLSTMLearner(2, 1, cfg)
-    with torch.no_grad():  # target heads output a constant 10: Q' = 10 everywhere
+def _learner_whose_target_says_10(cfg: Config, obs_dim: int = 2) -> SACLSTMLearner:
+    """A learner whose target critic outputs 10 everywhere and whose alpha is ~0, so that every
+    TD target is known: rewards plus discounted 10s."""
+    learner = SACLSTMLearner(obs_dim, 1, cfg)
+    with torch.no_grad():
         for p in learner.target.parameters():
             p.zero_()
         learner.target.b2.fill_(10.0)
         learner.log_alpha.fill_(-30.0)  # alpha ~ 0: no entropy term in the target
-    buf = SequenceReplay(64, 2, 1)
-    for _ in range(32):
-        buf.add([0, 0], [0.0], 1.0, [0, 0], True, False)   # an episode that terminates
-        buf.add([0, 0], [0.0], 1.0, [0, 0], False, True)   # an episode that is truncated
-    batch = buf.sample(64, 1, np.random.default_rng(0))
-    assert 0 < batch.terminated.sum() < 64 and batch.truncated.sum() == 64 - batch.terminated.sum()
+    return learner
+
+
+def _update_seeing_q(learner: SACLSTMLearner, batch) -> tuple[dict, torch.Tensor]:
+    """update()'s metrics and the critic's Q of the replayed actions (T, B), before its step."""
     captured = {}
     orig = learner.critic.heads
 
@@ -223,9 +221,21 @@ def test_target_uses_one_minus_terminated():
         return q
 
     learner.critic.heads = spy
+    return learner.update(batch), captured["q"].detach()
+
+
+def test_target_uses_one_minus_terminated():
+    """With gamma=1 and a critic whose target is known, terminated steps must not bootstrap
+    while truncated ones must."""
+    learner = _learner_whose_target_says_10(Config(quant="off", gamma=1.0, seed=0, hidden=8))
+    buf = SequenceReplay(64, 2, 1)
+    for _ in range(32):
+        buf.add([0, 0], [0.0], 1.0, [0, 0], True, False)   # an episode that terminates
+        buf.add([0, 0], [0.0], 1.0, [0, 0], False, True)   # an episode that is truncated
+    batch = buf.sample(64, 1, np.random.default_rng(0))
+    assert 0 < batch.terminated.sum() < 64 and batch.truncated.sum() == 64 - batch.terminated.sum()
     # Recompute y the way update() does, through its loss: loss = sum_heads mean (q - y)^2
-    m = learner.update(batch)
-    q_before = captured["q"].detach()
+    m, q_before = _update_seeing_q(learner, batch)
     term, rew, mask = (torch.as_tensor(x).T for x in (batch.terminated, batch.rew, batch.mask))  # (T, B)
     y = rew + (1 - term) * 10.0
     expected = float((((q_before - y) ** 2) * mask).sum() / mask.sum())
@@ -284,13 +294,8 @@ def test_update_uses_n_step_targets_and_the_control_keeps_one_step(memoryless):
     """Through update(): a target critic that says 10 everywhere, alpha ~ 0, gamma 0.5, n_step 3;
     the critic loss must be the one for the 3-step sums over each window (written out by hand),
     and for the memoryless control (one-step sequences) the one-step target."""
-    cfg = Config(quant="off", gamma=0.5, n_step=3, seed=0, hidden=8, memoryless=memoryless)
-    learner = SACLSTMLearner(2, 1, cfg)
-    with torch.no_grad():
-        for p in learner.target.parameters():
-            p.zero_()
-        learner.target.b2.fill_(10.0)
-        learner.log_alpha.fill_(-30.0)
+    learner = _learner_whose_target_says_10(Config(quant="off", gamma=0.5, n_step=3, seed=0, hidden=8,
+                                                   memoryless=memoryless))
     buf = SequenceReplay(256, 2, 1)
     rng = np.random.default_rng(0)
     for i in range(200):  # episodes of 7 steps that terminate, of 5 that are truncated
@@ -299,18 +304,8 @@ def test_update_uses_n_step_targets_and_the_control_keeps_one_step(memoryless):
     # Burn-in: windows near an episode's start get fewer warm-up steps and real steps after the
     # trained ones (valid, not in the loss), which the sums must still run through.
     batch = buf.sample(64 if memoryless else 16, seq, np.random.default_rng(1), 0 if memoryless else 3)
-    captured = {}
-    orig = learner.critic.heads
-
-    def spy(hw, act, detach_params=False):
-        q = orig(hw, act, detach_params)
-        if not detach_params:
-            captured["q"] = q
-        return q
-
-    learner.critic.heads = spy
-    m = learner.update(batch)
-    q = captured["q"].detach().double()
+    m, q = _update_seeing_q(learner, batch)
+    q = q.double()
     rew, term, trunc, valid, mask = (np.asarray(x, np.float64).T for x in
                                      (batch.rew, batch.terminated, batch.truncated, batch.valid, batch.mask))
     y = _n_step_by_hand(rew, term, trunc, valid, np.full(rew.shape, 10.0), 0.5, 1 if memoryless else 3)

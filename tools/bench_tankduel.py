@@ -68,11 +68,11 @@ def play(env: gym.Env, act, episodes: int) -> dict:
 def actor_fn(path: str, kind: str = "int8"):
     """kind: int8 (as deployed), fp32 (float weights, inputs clipped to the learned ranges) or
     fp32-noclip (the bare float weights); see tools/bench_learning.py, fp32_actor."""
-    from tools.bench_learning import fp32_actor
+    from tools.bench_learning import checkpoint_config, fp32_actor
 
     arrays = ck.load_actor(path) if kind == "int8" else fp32_actor(path, clip=kind == "fp32")
     params = policy.build_params(arrays)
-    cfg = ck.read_checkpoint(path, entries=("actor",))["manifest"]["config"]
+    cfg = checkpoint_config(path)
 
     def act(obs, state):
         if state is None or cfg.get("memoryless"):
