@@ -349,3 +349,16 @@ def test_the_radar_observation_shows_the_enemy_while_it_is_in_the_arc():
     env.me.radar = -math.pi / 2  # radar pointing away: nothing of the enemy is left
     obs = env._obs()
     assert obs[11] == 0.0 and not obs[12:24].any()
+
+
+def test_scripted_policies_read_the_radar_observation_as_documented():
+    """tools/bench_radar_bounds.py rebuilds world positions from the radar observation (own x, y
+    and the offset to the enemy); if the layout drifted, its memory policy would aim at nothing.
+    On the same episodes it kills the duck; the memoryless one also kills it, later (the gun
+    keeps pointing where the last sighting put it)."""
+    from tools.bench_radar_bounds import memory, memoryless, play
+
+    env = gym.make(RADAR)
+    mem, blind = play(env, memory(), 4), play(env, memoryless(True), 4)
+    assert mem["win_rate"] == 1.0 and blind["win_rate"] == 1.0
+    assert mem["median_ticks_to_win"] < blind["median_ticks_to_win"]
