@@ -28,7 +28,8 @@ def _register(id_, **kw):
 # schedules and the raw gun turn come through kwargs (--env-kwargs).
 _register("sacbot/TankDuel-v0", entry_point=f"{__name__}.tank_duel:TankDuel",
           kwargs={"opponents": ("sitting_duck",), "schedule": "fixed", "gun_control": "aim"})
-# The duel where memory is needed: only what the radar sees this tick, the gun turned directly.
+# The duel that leaves memory to the player: only what the radar sees this tick, the gun turned
+# directly (what memory buys in it: tools/bench_radar_bounds.py).
 _register("sacbot/TankDuelRadar-v0", entry_point=f"{__name__}.tank_duel:TankDuel",
           kwargs={"opponents": ("sitting_duck",), "schedule": "fixed", "gun_control": "turn",
                   "observation": "radar"})

@@ -15,7 +15,7 @@ The env, its kwargs and ``memoryless`` come from each checkpoint's manifest, so 
 evaluated in the duel it trained on.  One JSON line per point; the last line is the summary.
 
 ``--train`` runs the training first, one lockstep run at a time, for sacbot and its memoryless
-control against each opponent (issue 15: the radar duel, where memory is needed)::
+control against each opponent (issue 15: the radar duel, which leaves memory to the player)::
 
     python tools/bench_tankduel.py --train --env sacbot/TankDuelRadar-v0 --opponents sitting_duck tracker \
         --steps 40000 --save-every 2500 --episodes 20 --random sitting_duck tracker
