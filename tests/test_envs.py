@@ -351,14 +351,52 @@ def test_the_radar_observation_shows_the_enemy_while_it_is_in_the_arc():
     assert obs[11] == 0.0 and not obs[12:24].any()
 
 
-def test_scripted_policies_read_the_radar_observation_as_documented():
-    """tools/bench_radar_bounds.py rebuilds world positions from the radar observation (own x, y
-    and the offset to the enemy); if the layout drifted, its memory policy would aim at nothing.
-    On the same episodes it kills the duck; the memoryless one also kills it, later (the gun
-    keeps pointing where the last sighting put it)."""
-    from tools.bench_radar_bounds import memory, memoryless, play
+def _radar_bounds_tool():
+    """tools/ is not a package on pytest's path; load the tool from its file."""
+    import importlib.util
 
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "bench_radar_bounds.py")
+    spec = importlib.util.spec_from_file_location("bench_radar_bounds", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_scripted_policies_decode_the_radar_observation_as_documented():
+    """tools/bench_radar_bounds.py's policies read everything through ``decode``; checked here
+    against the env's own state, with our tank off-centre and the enemy moving, so a field
+    swapped, rescaled or negated in ``_radar_obs`` (or in ``decode``) shows."""
+    tool = _radar_bounds_tool()
+    env = TankDuel(opponents="walker", observation="radar")
+    env.reset(seed=3)
+    env.tick = 42
+    place(env, dict(x=230.0, y=410.0, heading=0.3, gun=1.2, radar=2.0, heat=0.7),
+          dict(x=520.0, y=260.0, heading=-2.1, v=6.5))
+    me, en = env.me, env.enemy
+    bearing = math.atan2(en.x - me.x, en.y - me.y)
+    assert abs(bearing - me.radar) < math.radians(20)  # in the arc
+    o = tool.decode(env._obs())
+    assert o.seen and o.tick == 42
+    assert (o.x, o.y, o.ex, o.ey) == pytest.approx((me.x, me.y, en.x, en.y), abs=1e-3)
+    assert (o.gun, o.radar, o.heading) == pytest.approx((me.gun, me.radar, en.heading), abs=1e-5)
+    assert (o.heat, o.speed) == pytest.approx((0.7, 6.5), abs=1e-5)
+    assert o.rel_gun == pytest.approx(bearing - me.gun, abs=1e-5)
+    assert o.aim == pytest.approx(max(-1.5, min(1.5, (bearing - me.gun) / math.atan2(RADIUS, math.hypot(
+        en.x - me.x, en.y - me.y)))), abs=1e-4)
+    me.radar = -1.0  # the enemy out of the arc: nothing of it is decoded
+    o = tool.decode(env._obs())
+    assert not o.seen and (o.ex, o.ey, o.speed) == pytest.approx((me.x, me.y, 0.0), abs=1e-3)
+
+
+def test_a_memoryless_scripted_policy_wins_the_radar_duel_against_sitting_duck():
+    """What the radar duel allows (docs/learner.md, "Session 8"): the gun keeps pointing where
+    the last sighting put it, so a policy without memory kills the duck too, later than one
+    with memory; and a policy that aims at nothing does not."""
+    tool = _radar_bounds_tool()
     env = gym.make(RADAR)
-    mem, blind = play(env, memory(), 4), play(env, memoryless(True), 4)
+    mem = tool.play(env, tool.memory(), 4)
+    blind = tool.play(env, tool.memoryless(True), 4)
     assert mem["win_rate"] == 1.0 and blind["win_rate"] == 1.0
     assert mem["median_ticks_to_win"] < blind["median_ticks_to_win"]
+    still = tool.play(env, (lambda obs: np.array([0, 0, 0, 1], np.float32), lambda: None), 2)
+    assert still["win_rate"] == 0.0

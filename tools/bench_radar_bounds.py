@@ -2,27 +2,33 @@
 """What memory can buy in the radar duel: scripted policies, read from the observation alone.
 
 Issue 15 asks for a duel where sacbot beats its memoryless control by 30 points.  Before a
-learner is blamed for a gap it does not show, this measures the gap the duel allows: five
-hand-written policies, each a function of what the env gives it (``sacbot/TankDuelRadar-v0``'s
-32 values), play the same seeded episodes.
+learner is blamed for a gap it does not show, this measures the gap the duel allows.
+Hand-written policies, each a function of what the env gives it (``sacbot/TankDuelRadar-v0``'s
+32 values, read by ``decode``), play the same seeded episodes; our tank stands still in all of
+them.
 
-- ``memory``: remembers where the enemy stood at its last sighting (own position + the offset
-  the radar gave), turns the gun at the bearing from where it is now, fires power 3 when the
-  gun is within 0.8 target radii.  Perfect memory, no learning.
-- ``memory_lead``: also remembers the enemy's heading and speed at that sighting, dead-reckons it
-  and leads the shot by the bullet's flight time, as a player does against a mover.
-- ``memoryless_blind``: this tick only.  When the radar sees the enemy it turns the gun by the
-  bearing error it is shown; otherwise it holds the gun still.  It fires whenever the gun is
-  cool.  The gun itself is its memory: it keeps pointing where the last sighting put it.
+With memory (state kept between ticks):
+
+- ``memory``: remembers where the enemy stood at its last sighting, turns the gun at the bearing
+  from where it is now, fires power 3 when the gun is within 0.8 target radii.
+- ``memory_lead``: also dead-reckons the enemy from that sighting's heading and speed and leads
+  the shot by the bullet's flight time, as a player does against a mover.
+
+Memoryless (a function of this tick's observation; the tank's own state is all they keep):
+
+- ``memoryless_blind``: at a sighting it turns the gun by the bearing error it is shown; otherwise
+  it holds the gun still.  It fires whenever the gun is cool.  The gun keeps pointing where the
+  last sighting put it, so the gun is its memory.
 - ``memoryless_seen``: the same aim, but it fires only on ticks the radar shows the gun on target.
-- ``memoryless_lead``: leads at a sighting and uses the radar's heading as a clock to fire soon
-  after one (see the function).
+- ``memoryless_lead``: leads at a sighting and reads the radar's heading as a clock to fire soon
+  after one.
+- ``memoryless_heat``: writes the sighting into the gun heat through a cheap shot's power and
+  reads it back (see the function).
 
-All of them stand still (sitting_duck does not shoot; tracker comes to them).  One JSON line per
-(policy, opponent); the last line is the summary::
+One JSON line per (policy, opponent); the last line is the summary::
 
     python tools/bench_radar_bounds.py --episodes 50
-    python tools/bench_radar_bounds.py --env-kwargs '{"max_ticks": 200}'
+    python tools/bench_radar_bounds.py --opponents tracker --env-kwargs '{"max_ticks": 300}'
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import json
 import math
 import os
 import sys
+from typing import NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -39,7 +46,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import sacbot.envs  # noqa: E402,F401 - registers the duels
-from sacbot.envs.tank_duel import GUN_RATE, MAX_SPEED, RADIUS, H, W  # noqa: E402
+from sacbot.envs.tank_duel import GUN_RATE, MAX_SPEED, RADAR_RATE, RADIUS, H, W  # noqa: E402
 
 BULLET_SPEED = 20.0 - 3.0 * 3.0  # power 3, the scripted policies' shot
 
@@ -55,50 +62,33 @@ def gun_action(turn: float) -> float:
     return max(-1.0, min(1.0, turn / GUN_RATE))
 
 
-def memory():
-    seen_at: list = []  # the enemy's world position at the last sighting
+class Seen(NamedTuple):
+    """What one radar observation says, in world units (envs/tank_duel.py, ``_radar_obs``)."""
 
-    def act(obs: np.ndarray) -> np.ndarray:
-        x, y = (obs[0] + 1) * W / 2, (obs[1] + 1) * H / 2
-        gun = math.atan2(obs[6], obs[7])
-        if obs[11] > 0:
-            seen_at[:] = [x + obs[12] * W, y + obs[13] * H]
-        a = np.zeros(4, np.float32)
-        a[3] = -1.0
-        if seen_at:
-            ex, ey = seen_at
-            err = _wrap(math.atan2(ex - x, ey - y) - gun)
-            a[2] = gun_action(err)
-            if abs(err) < 0.8 * math.atan2(RADIUS, max(math.hypot(ex - x, ey - y), RADIUS)):
-                a[3] = 1.0
-        return a
-
-    return act, seen_at.clear
+    x: float  # our position
+    y: float
+    gun: float  # world headings, radians, 0 = north, clockwise
+    radar: float
+    heat: float  # gun heat (0 = cool)
+    tick: int  # ticks since the episode began (from the time-left field)
+    seen: bool  # the enemy is in the radar arc this tick; the fields below are 0 when not
+    ex: float  # its position
+    ey: float
+    rel_gun: float  # its bearing relative to the gun
+    heading: float
+    speed: float
+    aim: float  # the gun's bearing error in target radii, clipped to +-1.5
 
 
-def memory_lead():
-    """Remembers the last sighting's position, heading and speed, dead-reckons the enemy from it
-    and leads the shot by the bullet's flight time (power 3 flies 11 units a tick)."""
-    seen: list = []  # x, y, heading, speed at the sighting, ticks since
+def decode(obs: np.ndarray, max_ticks: int = 600) -> Seen:
+    x, y = (obs[0] + 1) * W / 2, (obs[1] + 1) * H / 2
+    return Seen(x, y, math.atan2(obs[6], obs[7]), math.atan2(obs[9], obs[10]), float(obs[8]) * 1.6,
+                round((1 - obs[31]) / 2 * max_ticks), bool(obs[11] > 0), x + obs[12] * W, y + obs[13] * H,
+                math.atan2(obs[15], obs[16]), math.atan2(obs[19], obs[20]), obs[22] * MAX_SPEED, float(obs[21]))
 
-    def act(obs: np.ndarray) -> np.ndarray:
-        x, y = (obs[0] + 1) * W / 2, (obs[1] + 1) * H / 2
-        gun = math.atan2(obs[6], obs[7])
-        if obs[11] > 0:
-            seen[:] = [x + obs[12] * W, y + obs[13] * H, math.atan2(obs[19], obs[20]), obs[22] * MAX_SPEED, 0]
-        a = np.zeros(4, np.float32)
-        a[3] = -1.0
-        if seen:
-            ex, ey, h, v, age = seen
-            seen[4] += 1
-            tx, ty = lead_point(x, y, ex, ey, h, v, age)
-            err = _wrap(math.atan2(tx - x, ty - y) - gun)
-            a[2] = gun_action(err)
-            if abs(err) < 0.8 * math.atan2(RADIUS, max(math.hypot(tx - x, ty - y), RADIUS)):
-                a[3] = 1.0
-        return a
 
-    return act, seen.clear
+def target_radius(x, y, tx, ty) -> float:
+    return math.atan2(RADIUS, max(math.hypot(tx - x, ty - y), RADIUS))
 
 
 def lead_point(x, y, ex, ey, h, v, age=0):
@@ -112,36 +102,110 @@ def lead_point(x, y, ex, ey, h, v, age=0):
     return tx, ty
 
 
-def memoryless_lead():
-    """This tick only, but clever: at a sighting it turns the gun to the lead
-    point, and it fires only while the radar is 15-75 degrees past the gun, which happens one or
-    two ticks after the radar swept the enemy (the radar's heading is a clock)."""
+def memory(lead: bool = False):
+    """Remembers the last sighting; turns the gun at it from where we are now and fires power 3
+    when the gun is within 0.8 target radii.  With ``lead``, dead-reckons the enemy from that
+    sighting's heading and speed and leads the shot by the bullet's flight time."""
+    last: list = []  # ex, ey, heading, speed, ticks since
 
     def act(obs: np.ndarray) -> np.ndarray:
-        a = np.zeros(4, np.float32)
-        x, y = (obs[0] + 1) * W / 2, (obs[1] + 1) * H / 2
-        gun, radar = math.atan2(obs[6], obs[7]), math.atan2(obs[9], obs[10])
-        if obs[11] > 0:
-            tx, ty = lead_point(x, y, x + obs[12] * W, y + obs[13] * H, math.atan2(obs[19], obs[20]),
-                                obs[22] * MAX_SPEED)
-            a[2] = gun_action(_wrap(math.atan2(tx - x, ty - y) - gun))
-        a[3] = 1.0 if math.radians(15) <= _wrap(radar - gun) <= math.radians(75) else -1.0
+        o = decode(obs)
+        if o.seen:
+            last[:] = [o.ex, o.ey, o.heading, o.speed, 0]
+        a = np.array([0.0, 0.0, 0.0, -1.0], np.float32)
+        if last:
+            ex, ey, h, v, age = last
+            last[4] += 1
+            tx, ty = lead_point(o.x, o.y, ex, ey, h, v, age) if lead else (ex, ey)
+            err = _wrap(math.atan2(tx - o.x, ty - o.y) - o.gun)
+            a[2] = gun_action(err)
+            if abs(err) < 0.8 * target_radius(o.x, o.y, tx, ty):
+                a[3] = 1.0
         return a
 
-    return act, lambda: None
+    return act, last.clear
 
 
 def memoryless(fire_blind: bool):
+    """This tick only: at a sighting, turn the gun by the error shown; otherwise hold it."""
+
     def act(obs: np.ndarray) -> np.ndarray:
-        a = np.zeros(4, np.float32)
-        a[3] = 1.0 if fire_blind else -1.0
-        if obs[11] > 0:
-            a[2] = gun_action(math.atan2(obs[15], obs[16]))
-            if abs(obs[21]) < 0.8:  # the gun's error in target radii, as the radar shows it
+        o = decode(obs)
+        a = np.array([0.0, 0.0, 0.0, 1.0 if fire_blind else -1.0], np.float32)
+        if o.seen:
+            a[2] = gun_action(o.rel_gun)
+            if abs(o.aim) < 0.8:
                 a[3] = 1.0
         return a
 
     return act, lambda: None
+
+
+def memoryless_lead():
+    """This tick only: at a sighting it turns the gun to the lead point, and it fires only while
+    the radar is 15-75 degrees past the gun, which happens one or two ticks after the radar swept
+    the enemy (the radar turns at a fixed rate, so its heading is a clock)."""
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        o = decode(obs)
+        a = np.zeros(4, np.float32)
+        if o.seen:
+            tx, ty = lead_point(o.x, o.y, o.ex, o.ey, o.heading, o.speed)
+            a[2] = gun_action(_wrap(math.atan2(tx - o.x, ty - o.y) - o.gun))
+        a[3] = 1.0 if math.radians(15) <= _wrap(o.radar - o.gun) <= math.radians(75) else -1.0
+        return a
+
+    return act, lambda: None
+
+
+CLOCK_MIN, CLOCK_MAX = 0.1, 0.5  # powers of the shots that write the register
+ARC = math.radians(20.0)  # the radar's half arc: where a sighted enemy can be relative to it
+
+
+def memoryless_heat(max_ticks: int = 600):
+    """This tick only, but it writes its memory into the tank: at a sighting with the gun off
+    target it fires a cheap shot whose power encodes where the enemy is relative to the radar.
+    The gun heat then says that power (its part below one cooling step, 0.1 a tick) and how many
+    ticks ago it fired (the rest); with the radar's fixed rate that gives the enemy's bearing, and
+    the gun keeps turning onto it between sightings.  Found by the session-8 review."""
+    span = CLOCK_MAX - CLOCK_MIN
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        o = decode(obs, max_ticks)
+        a = np.array([0.0, 0.0, 0.0, -1.0], np.float32)
+        if o.seen:
+            a[2] = gun_action(o.rel_gun)
+            if o.heat == 0.0:
+                if abs(o.aim) < 0.8:
+                    a[3] = 1.0  # on target: the real shot
+                else:  # write the bearing's offset from the radar into the shot's power
+                    offset = _wrap(o.gun + o.rel_gun - o.radar)
+                    power = CLOCK_MIN + span * min(max((offset + ARC) / (2 * ARC), 0.0), 0.999)
+                    a[3] = (power - 0.1) / 2.9
+            return a
+        if o.heat > 0.0:  # heat = 1 + power / 5 - 0.1 * ticks since the shot
+            ticks = round(10.6 - 10 * o.heat)
+            two_power = o.heat * 10 - 10 + ticks
+            if 2 * CLOCK_MIN - 1e-3 <= two_power < 2 * CLOCK_MAX and 1 <= ticks <= 11:
+                offset = ((two_power / 2 - CLOCK_MIN) / span) * 2 * ARC - ARC
+                bearing = o.radar - RADAR_RATE * ticks + offset
+                a[2] = gun_action(_wrap(bearing - o.gun))
+            return a
+        if o.tick > 12:  # cool, unseen, past the first radar turn: the gun is on the last sighting
+            a[3] = 1.0
+        return a
+
+    return act, lambda: None
+
+
+POLICIES = {  # name -> (max_ticks -> (act, reset))
+    "memory": lambda _: memory(),
+    "memory_lead": lambda _: memory(lead=True),
+    "memoryless_blind": lambda _: memoryless(True),
+    "memoryless_seen": lambda _: memoryless(False),
+    "memoryless_lead": lambda _: memoryless_lead(),
+    "memoryless_heat": memoryless_heat,
+}
 
 
 def play(env: gym.Env, policy, episodes: int) -> dict:
@@ -179,16 +243,17 @@ def main() -> int:
         p.error(f"--episodes must be at least 1, got {a.episodes}")
     out: dict = {"bench": "radar_bounds", "env": a.env, "env_kwargs": kwargs, "results": {}}
     for opp in a.opponents:
-        env = gym.make(a.env, **{**kwargs, "opponents": [opp]})
+        try:
+            env = gym.make(a.env, **{**kwargs, "opponents": [opp]})
+        except (gym.error.Error, TypeError, ValueError) as e:
+            p.error(f"cannot make {a.env} against {opp!r} with {kwargs}: {e}")
         if env.observation_space.shape != (32,):
             p.error(f"{a.env} does not give the radar observation (32 values): {env.observation_space}")
         if env.unwrapped.gun_control != "turn":
             p.error(f"the scripted policies turn the gun directly; {a.env} has gun_control "
                     f"{env.unwrapped.gun_control!r}")
-        for name, pol in (("memory", memory()), ("memory_lead", memory_lead()), ("memoryless_blind", memoryless(True)),
-                          ("memoryless_lead", memoryless_lead()),
-                          ("memoryless_seen", memoryless(False))):
-            r = play(env, pol, a.episodes)
+        for name, make in POLICIES.items():
+            r = play(env, make(env.unwrapped.max_ticks), a.episodes)
             r.update(policy=name, opponent=opp)
             print(json.dumps(r), flush=True)
             out["results"][f"{name}/{opp}"] = r
