@@ -52,7 +52,7 @@ class Config:
     seed: int = _f(0, "Seed for the env, replay sampling, network init and action noise; at most "
                       "2**63 - 1, which numpy and torch both take with the offsets sacbot adds.",
                    min=0, max=MAX_SEED)
-    steps: int = _f(0, "Stop after this many env steps (0: no limit).", min=0)
+    steps: int = _f(0, "Stop after this many env steps in this run; a resumed run counts from 0 (0: no limit).", min=0)
     episodes: int = _f(0, "Stop after this many episodes (0: no limit).", min=0)
     episodes_per_opponent: int = _f(0, "Stop once every opponent of the env's schedule has had this many "
                                        "episodes (0: off); for evals of multi-opponent envs.", min=0)
