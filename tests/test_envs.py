@@ -396,7 +396,21 @@ def test_a_memoryless_scripted_policy_wins_the_radar_duel_against_sitting_duck()
     env = gym.make(RADAR)
     mem = tool.play(env, tool.memory(), 4)
     blind = tool.play(env, tool.memoryless(True), 4)
-    assert mem["win_rate"] == 1.0 and blind["win_rate"] == 1.0
-    assert mem["median_ticks_to_win"] < blind["median_ticks_to_win"]
+    heat = tool.play(env, tool.memoryless_heat(), 4)  # the sighting kept in the gun heat
+    assert mem["win_rate"] == blind["win_rate"] == heat["win_rate"] == 1.0
+    assert mem["median_ticks_to_win"] < heat["median_ticks_to_win"] < blind["median_ticks_to_win"]
     still = tool.play(env, (lambda obs: np.array([0, 0, 0, 1], np.float32), lambda: None), 2)
     assert still["win_rate"] == 0.0
+    # Memoryless means a function of this observation: an unseen tick gets the same action
+    # before and after a sighting.  The memory policy, asked the same, turns its gun after it.
+    duel = TankDuel(opponents="sitting_duck", observation="radar")
+    duel.reset(seed=0)
+    place(duel, dict(x=200.0, y=300.0, heading=0.0, gun=0.0, radar=math.pi / 2), dict(x=500.0, y=300.0))
+    seen = duel._obs()
+    duel.me.radar = -math.pi / 2
+    unseen = duel._obs()
+    for name, (act, _) in (("memoryless_blind", tool.memoryless(True)), ("memoryless_lead", tool.memoryless_lead()),
+                           ("memoryless_heat", tool.memoryless_heat()), ("memory", tool.memory())):
+        before = act(unseen).copy()
+        act(seen)
+        assert np.array_equal(act(unseen), before) == (name != "memory"), name
