@@ -46,7 +46,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import sacbot.envs  # noqa: E402,F401 - registers the duels
-from sacbot.envs.tank_duel import GUN_RATE, MAX_SPEED, RADAR_RATE, RADIUS, H, W  # noqa: E402
+from sacbot.envs.tank_duel import GUN_RATE, MAX_SPEED, RADAR_HALF_ARC, RADAR_RATE, RADIUS, H, W  # noqa: E402
 
 BULLET_SPEED = 20.0 - 3.0 * 3.0  # power 3, the scripted policies' shot
 
@@ -159,7 +159,7 @@ def memoryless_lead():
 
 
 CLOCK_MIN, CLOCK_MAX = 0.1, 0.5  # powers of the shots that write the register
-ARC = math.radians(20.0)  # the radar's half arc: where a sighted enemy can be relative to it
+ARC = RADAR_HALF_ARC  # where a sighted enemy can be relative to the radar
 
 
 def memoryless_heat(max_ticks: int = 600):
