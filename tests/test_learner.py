@@ -224,6 +224,11 @@ def _update_seeing_q(learner: SACLSTMLearner, batch) -> tuple[dict, torch.Tensor
     return learner.update(batch), captured["q"].detach()
 
 
+def _critic_loss(q: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> float:
+    """update()'s critic loss for targets y: the squared TD error over the masked steps."""
+    return float((((q - y) ** 2) * mask).sum() / mask.sum())
+
+
 def test_target_uses_one_minus_terminated():
     """With gamma=1 and a critic whose target is known, terminated steps must not bootstrap
     while truncated ones must."""
@@ -238,10 +243,10 @@ def test_target_uses_one_minus_terminated():
     m, q_before = _update_seeing_q(learner, batch)
     term, rew, mask = (torch.as_tensor(x).T for x in (batch.terminated, batch.rew, batch.mask))  # (T, B)
     y = rew + (1 - term) * 10.0
-    expected = float((((q_before - y) ** 2) * mask).sum() / mask.sum())
+    expected = _critic_loss(q_before, y, mask)
     assert m["critic_loss"] == pytest.approx(expected, rel=1e-5)
     wrong_y = rew + 10.0  # bootstrapping through termination
-    wrong = float((((q_before - wrong_y) ** 2) * mask).sum() / mask.sum())
+    wrong = _critic_loss(q_before, wrong_y, mask)
     assert abs(m["critic_loss"] - wrong) > 1.0
 
 
@@ -311,11 +316,11 @@ def test_update_uses_n_step_targets_and_the_control_keeps_one_step(memoryless):
     y = _n_step_by_hand(rew, term, trunc, valid, np.full(rew.shape, 10.0), 0.5, 1 if memoryless else 3)
     y = torch.as_tensor(y)
     mask_t = torch.as_tensor(mask)
-    expected = float((((q - y) ** 2) * mask_t).sum() / mask_t.sum())
+    expected = _critic_loss(q, y, mask_t)
     assert m["critic_loss"] == pytest.approx(expected, rel=1e-4)
     if not memoryless:  # and it is not the one-step loss
         y1 = torch.as_tensor(_n_step_by_hand(rew, term, trunc, valid, np.full(rew.shape, 10.0), 0.5, 1))
-        assert abs(float((((q - y1) ** 2) * mask_t).sum() / mask_t.sum()) - m["critic_loss"]) > 0.1
+        assert abs(_critic_loss(q, y1, mask_t) - m["critic_loss"]) > 0.1
 
 
 def _memory_run(memoryless: bool, steps: int = 1500, seed: int = 0) -> float:

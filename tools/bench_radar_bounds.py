@@ -46,15 +46,10 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import sacbot.envs  # noqa: E402,F401 - registers the duels
-from sacbot.envs.tank_duel import GUN_RATE, MAX_SPEED, RADAR_HALF_ARC, RADAR_RATE, RADIUS, H, W  # noqa: E402
+from sacbot.envs.tank_duel import GUN_RATE, MAX_SPEED, RADAR_HALF_ARC, RADAR_RATE, RADIUS, H, W, _wrap  # noqa: E402
+from tools.bench_tankduel import SEED0  # noqa: E402 - the same episodes as the learners' evals
 
 BULLET_SPEED = 20.0 - 3.0 * 3.0  # power 3, the scripted policies' shot
-
-SEED0 = 10_000  # the episode seeds bench_tankduel evaluates on
-
-
-def _wrap(a: float) -> float:
-    return (a + math.pi) % (2 * math.pi) - math.pi
 
 
 def gun_action(turn: float) -> float:
@@ -159,7 +154,6 @@ def memoryless_lead():
 
 
 CLOCK_MIN, CLOCK_MAX = 0.1, 0.5  # powers of the shots that write the register
-ARC = RADAR_HALF_ARC  # where a sighted enemy can be relative to the radar
 
 
 def memoryless_heat(max_ticks: int = 600):
@@ -178,16 +172,16 @@ def memoryless_heat(max_ticks: int = 600):
             if o.heat == 0.0:
                 if abs(o.aim) < 0.8:
                     a[3] = 1.0  # on target: the real shot
-                else:  # write the bearing's offset from the radar into the shot's power
+                else:  # write the bearing's offset from the radar (within its half arc) into the power
                     offset = _wrap(o.gun + o.rel_gun - o.radar)
-                    power = CLOCK_MIN + span * min(max((offset + ARC) / (2 * ARC), 0.0), 0.999)
+                    power = CLOCK_MIN + span * min(max((offset + RADAR_HALF_ARC) / (2 * RADAR_HALF_ARC), 0.0), 0.999)
                     a[3] = (power - 0.1) / 2.9
             return a
         if o.heat > 0.0:  # heat = 1 + power / 5 - 0.1 * ticks since the shot
             ticks = round(10.6 - 10 * o.heat)
             two_power = o.heat * 10 - 10 + ticks
             if 2 * CLOCK_MIN - 1e-3 <= two_power < 2 * CLOCK_MAX and 1 <= ticks <= 11:
-                offset = ((two_power / 2 - CLOCK_MIN) / span) * 2 * ARC - ARC
+                offset = ((two_power / 2 - CLOCK_MIN) / span) * 2 * RADAR_HALF_ARC - RADAR_HALF_ARC
                 bearing = o.radar - RADAR_RATE * ticks + offset
                 a[2] = gun_action(_wrap(bearing - o.gun))
             return a
