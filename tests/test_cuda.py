@@ -58,12 +58,14 @@ def test_cuda_learner_trains_there_and_its_export_matches_the_numpy_policy(quant
 
 
 @needs_cuda
-def test_learner_state_moves_between_cuda_and_cpu():
+def test_learner_state_moves_between_cuda_and_cpu(caplog):
     a, buf, rng, _ = cuda_learner(updates=8)
     arrays, meta = a.state()
     b = SACLSTMLearner(OBS, ACT, Config(calib_updates=4, seed=5))
-    with pytest.warns(UserWarning, match="reseeded"):
+    # The reseed is said on the "sacbot" logger (what a user's run shows), not as a warning.
+    with caplog.at_level("WARNING", logger="sacbot"):
         b.load_state({k: v.copy() for k, v in arrays.items()}, meta)
+    assert sum("reseeded" in r.getMessage() for r in caplog.records) == 1
     sb, _ = b.state()
     for k in arrays:
         if k != "rng.torch":
@@ -80,8 +82,10 @@ def test_learner_state_moves_between_cuda_and_cpu():
             np.testing.assert_allclose(ea[k], eb[k], rtol=1e-6, atol=0, err_msg=k)
     # And back onto the GPU: it trains on from the CPU learner's state.
     c = SACLSTMLearner(OBS, ACT, Config(calib_updates=4, seed=7, device="cuda"))
-    with pytest.warns(UserWarning, match="reseeded"):
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="sacbot"):
         c.load_state(*b.state())
+    assert sum("reseeded" in r.getMessage() for r in caplog.records) == 1
     batch = buf.sample(16, 32, rng)
     mb, mc = b.update(batch), c.update(batch)
     assert c.updates == b.updates == 9
@@ -89,6 +93,26 @@ def test_learner_state_moves_between_cuda_and_cpu():
     # noise except through the target's next actions) agrees to float tolerance.
     assert mc["critic_loss"] == pytest.approx(mb["critic_loss"], rel=0.05)
     assert float(c.opt_critic.state[c._critic_params[0]]["step"]) == 9.0
+
+
+def test_a_generator_state_from_another_device_kind_reseeds_reproducibly_and_says_so(caplog):
+    """The CPU half of the move above, which CI can run: a CUDA generator's state (seed and
+    offset, 16 bytes) does not fit a CPU one, so loading it reseeds from the seed and the
+    update count, the same way every time, and says so on the sacbot logger."""
+    arrays, meta = SACLSTMLearner(OBS, ACT, Config(calib_updates=4, seed=3)).state()
+    arrays["rng.torch"] = np.arange(16, dtype=np.uint8)  # the size of a CUDA generator's state
+    meta = {**meta, "updates": 40}
+    draws = []
+    for _ in range(2):
+        learner = SACLSTMLearner(OBS, ACT, Config(calib_updates=4, seed=3))
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="sacbot"):
+            learner.load_state({k: v.copy() for k, v in arrays.items()}, meta)
+        assert sum("reseeded" in r.getMessage() for r in caplog.records) == 1
+        draws.append(torch.randn(8, generator=learner.gen))
+    assert torch.equal(draws[0], draws[1])
+    expected = torch.randn(8, generator=torch.Generator().manual_seed(3 + 1 + 40))
+    assert torch.equal(draws[0], expected)
 
 
 @needs_cuda
