@@ -29,7 +29,6 @@ def learner_and_batches(a, quant: str, n_batches: int):
     import torch
 
     from sacbot.config import Config
-    from sacbot.replay import SequenceReplay
     from sacbot.sac import SACLSTMLearner
 
     torch.set_num_threads(a.threads)
@@ -37,11 +36,20 @@ def learner_and_batches(a, quant: str, n_batches: int):
                  device=a.device)
     learner = SACLSTMLearner(a.obs_dim, a.act_dim, cfg)
     rng = np.random.default_rng(0)
-    buf = SequenceReplay(4096, a.obs_dim, a.act_dim)
-    for i in range(4096):  # episodes longer than L, so windows are full like the yardstick's
+    buf = random_replay(a, rng)
+    return learner, [buf.sample(a.batch, a.seq_len, rng) for _ in range(n_batches)]
+
+
+def random_replay(a, rng, rows: int = 4096):
+    """A replay of random transitions in episodes longer than L, so windows are full like the
+    yardstick's."""
+    from sacbot.replay import SequenceReplay
+
+    buf = SequenceReplay(rows, a.obs_dim, a.act_dim)
+    for i in range(rows):
         buf.add(rng.standard_normal(a.obs_dim), rng.uniform(-1, 1, a.act_dim), rng.standard_normal(),
                 rng.standard_normal(a.obs_dim), False, i % 500 == 499)
-    return learner, [buf.sample(a.batch, a.seq_len, rng) for _ in range(n_batches)]
+    return buf
 
 
 def sacbot_steps(a) -> dict:

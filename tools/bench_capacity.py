@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Learner capacity: samples/s per device and batch, and how many bots that serves.
+
+samples/s = batch x sequence length x gradient steps/s.  Each measurement is a fresh
+subprocess that builds the learner at the given sizes (tools/bench_learner.py's
+``learner_and_batches``), warms it up (calibration included, so the timed updates
+fake-quantize), then times for ``--seconds`` each:
+
+* ``update``: ``learner.update`` on pre-sampled batches (what tools/bench_learner.py times);
+* ``sample+update``: a fresh ``SequenceReplay.sample`` before every update, which is what the
+  training thread really does per gradient step.
+
+Rounds interleave every (device, threads, batch) so a drift of the shared machine hits all of
+them; medians over rounds are reported, and on a GPU the ratio against the CPU learner measured
+in the same run.  The scale model is the number of bots at ``--tick-hz`` one learner serves at
+replay ratio R (samples trained per transition received): N = samples/s / (R x tick rate).
+
+    python tools/bench_capacity.py --batches 16,64,256                       # the CPU table
+    python tools/bench_capacity.py --devices cpu,cuda --batches 256,1024,4096 --cpu-batches 256,1024
+    python tools/bench_capacity.py --devices cuda --batches 1024 --profile 1024   # kernels per update
+
+The last line printed is JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return vals
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def child(a) -> dict:
+    """One measurement, in its own process: update-only, then sample+update."""
+    import numpy as np
+
+    sys.path.insert(0, HERE)
+    from bench_learner import learner_and_batches, random_replay
+
+    learner, batches = learner_and_batches(a, a.quant, 8)
+    rng = np.random.default_rng(1)
+    replay = random_replay(a, rng)
+    for i in range(5):
+        learner.update(batches[i % 8])
+    out = {"device": str(learner.device), "quant_phase": learner.quant_phase}
+    for mode in ("update", "sample+update"):
+        _sync(a.device)
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < a.seconds:
+            batch = batches[n % 8] if mode == "update" else replay.sample(a.batch, a.seq_len, rng)
+            learner.update(batch)  # returns Python floats: the step has finished on the device
+            n += 1
+        dt = time.perf_counter() - t0
+        out[mode] = round(n / dt, 3)
+    if a.profile:
+        try:
+            out["profile"] = profile(learner, batches, a.device)
+        except Exception as e:  # the profiler's event API moves between torch releases
+            out["profile"] = {"error": repr(e)}
+    return out
+
+
+def profile(learner, batches, device: str, updates: int = 10) -> dict:
+    """Kernels launched and device time per update, against its wall time: on a GPU, how far
+    the update is from keeping the device busy."""
+    import torch
+    from torch.profiler import ProfilerActivity
+
+    acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    _sync(device)
+    with torch.profiler.profile(activities=acts) as prof:
+        t0 = time.perf_counter()
+        for i in range(updates):
+            learner.update(batches[i % len(batches)])
+        _sync(device)
+        wall = time.perf_counter() - t0
+    kernels: dict[str, list[float]] = {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            kernels.setdefault(ev.name, []).append(ev.time_range.elapsed_us())
+    total_us = sum(sum(v) for v in kernels.values())
+    top = sorted(kernels.items(), key=lambda kv: -sum(kv[1]))[:8]
+    return {"updates": updates, "wall_ms_per_update": round(1e3 * wall / updates, 2),
+            "kernels_per_update": round(sum(len(v) for v in kernels.values()) / updates, 1),
+            "device_ms_per_update": round(total_us / 1e3 / updates, 2),
+            "device_busy": round(total_us / 1e6 / wall, 3) if wall > 0 else None,
+            "top_kernels": [{"name": k[:80], "calls_per_update": round(len(v) / updates, 1),
+                             "ms_per_update": round(sum(v) / 1e3 / updates, 3)} for k, v in top]}
+
+
+def measure(a, device: str, threads: int, batch: int, profile_it: bool) -> dict:
+    cmd = [sys.executable, __file__, "--child", "--device", device, "--threads", str(threads),
+           "--batches", str(batch), "--seq-len", str(a.seq_len), "--hidden", str(a.hidden),
+           "--obs-dim", str(a.obs_dim), "--act-dim", str(a.act_dim), "--seconds", str(a.seconds),
+           "--quant", a.quant] + (["--profile", str(batch)] if profile_it else [])
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"bench_capacity: {device} batch {batch} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--devices", default="cpu", help="comma-separated torch devices, e.g. cpu,cuda (default cpu)")
+    p.add_argument("--batches", type=_ints, default=[16, 64, 256], help="batch sizes (default 16,64,256)")
+    p.add_argument("--cpu-batches", type=_ints, default=None,
+                   help="batch sizes for the CPU when it runs beside a GPU (default: --batches); the CPU "
+                        "at batch 4096 takes seconds per step")
+    p.add_argument("--threads", type=_ints, default=[1],
+                   help="torch threads of the CPU learner, comma-separated (default 1, the learner's "
+                        "torch_threads default); a GPU run uses 1")
+    p.add_argument("--quant", choices=["on", "off"], default="on")
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--seq-len", type=int, default=32)
+    p.add_argument("--obs-dim", type=int, default=35)
+    p.add_argument("--act-dim", type=int, default=4)
+    p.add_argument("--seconds", type=float, default=4.0, help="timed seconds per mode and measurement")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--replay-ratios", type=_ints, default=[512, 128, 32])
+    p.add_argument("--tick-hz", type=float, default=30.0)
+    p.add_argument("--profile", type=int, metavar="BATCH", default=0,
+                   help="after the rounds, profile 10 updates at this batch on each GPU device")
+    p.add_argument("--jsonl", metavar="PATH", help="append each measurement as a JSON line as it finishes")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.child:
+        a.batch, a.device, a.threads = a.batches[0], a.devices, a.threads[0]
+        print(json.dumps(child(a)))
+        return
+    if a.seconds <= 0 or a.rounds < 1:
+        p.error("--seconds must be > 0 and --rounds >= 1")
+    devices = [d.strip() for d in a.devices.split(",") if d.strip()]
+    plan = []  # (key, device, threads, batch)
+    for dev in devices:
+        if dev == "cpu":
+            cpu_batches = a.cpu_batches or a.batches
+            plan += [(f"cpu/t{t}/b{b}", dev, t, b) for t in a.threads for b in cpu_batches]
+        else:
+            plan += [(f"{dev}/b{b}", dev, 1, b) for b in a.batches]
+    runs: dict[str, dict[str, list[float]]] = {k: {"update": [], "sample+update": []} for k, *_ in plan}
+    for r in range(a.rounds):
+        for key, dev, threads, batch in plan:
+            res = measure(a, dev, threads, batch, False)
+            for mode in ("update", "sample+update"):
+                runs[key][mode].append(res[mode])
+            if a.jsonl:
+                with open(a.jsonl, "a") as f:
+                    f.write(json.dumps({"round": r + 1, "key": key, **res}) + "\n")
+            print(f"round {r + 1}/{a.rounds} {key}: {res['update']:.1f} steps/s update, "
+                  f"{res['sample+update']:.1f} sample+update = "
+                  f"{batch * a.seq_len * res['update']:,.0f} samples/s", file=sys.stderr, flush=True)
+    summary = {}
+    for key, dev, threads, batch in plan:
+        med = {m: statistics.median(v) for m, v in runs[key].items()}
+        samples = {m: round(batch * a.seq_len * v) for m, v in med.items()}
+        summary[key] = {"device": dev, "threads": threads, "batch": batch, "steps_per_s": med,
+                        "samples_per_s": samples,
+                        "bots_served": {str(R): round(samples["sample+update"] / (R * a.tick_hz), 1)
+                                        for R in a.replay_ratios}}
+    ratios = {}
+    cpu = {k: v for k, v in summary.items() if v["device"] == "cpu"}
+    for key, s in summary.items():
+        if s["device"] == "cpu" or not cpu:
+            continue
+        same = [c for c in cpu.values() if c["batch"] == s["batch"] and c["threads"] == 1]
+        best_cpu = max(cpu.values(), key=lambda c: c["samples_per_s"]["sample+update"])
+        ratios[key] = {
+            "vs_cpu_1_thread_same_batch": (round(s["samples_per_s"]["sample+update"]
+                                                 / same[0]["samples_per_s"]["sample+update"], 2) if same else None),
+            "vs_best_cpu": round(s["samples_per_s"]["sample+update"] / best_cpu["samples_per_s"]["sample+update"], 2),
+            "best_cpu": f"cpu/t{best_cpu['threads']}/b{best_cpu['batch']}",
+        }
+    profiles = {}
+    if a.profile:
+        for dev in devices:
+            if dev != "cpu":  # on the CPU there are no kernels to count
+                profiles[dev] = measure(a, dev, 1, a.profile, True)["profile"]
+    print(json.dumps({"bench": "capacity", "quant": a.quant, "hidden": a.hidden, "seq_len": a.seq_len,
+                      "obs_dim": a.obs_dim, "act_dim": a.act_dim, "rounds": a.rounds, "seconds": a.seconds,
+                      "tick_hz": a.tick_hz, "summary": summary, "gpu_over_cpu": ratios,
+                      "profile": profiles, "runs": runs}))
+
+
+if __name__ == "__main__":
+    main()
