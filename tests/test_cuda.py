@@ -57,6 +57,30 @@ def test_cuda_learner_trains_there_and_its_export_matches_the_numpy_policy(quant
     assert diff <= 1e-5, f"numpy policy against the CUDA actor: max diff {diff}"
 
 
+def critic_q(learner, batch) -> np.ndarray:
+    """The critic's twin Q values of the batch's own actions, (2, T, B), as the update computes them."""
+    obs = torch.as_tensor(batch.obs, device=learner.device).transpose(0, 1)
+    act = torch.as_tensor(batch.act, device=learner.device).transpose(0, 1)
+    prev = torch.cat([torch.as_tensor(batch.prev_act0, device=learner.device).unsqueeze(0), act], 0)
+    with torch.no_grad():
+        hw = learner.critic.head_input(learner.critic.core(obs[:-1], prev[:-1]))
+        return learner.critic.heads(hw, act).cpu().numpy()
+
+
+def test_critic_q_reads_the_critic():
+    """critic_q, which the device test above relies on, on the CPU: a copy of a trained learner
+    gives the same values, and a learner with other weights does not."""
+    a, buf, rng, _ = cuda_learner(updates=6, device="cpu")
+    batch = buf.sample(16, 32, rng)
+    copy = SACLSTMLearner(OBS, ACT, Config(calib_updates=4, seed=9))
+    copy.load_state(*a.state())
+    q = critic_q(a, batch)
+    assert q.shape == (2, 32, 16)
+    np.testing.assert_array_equal(critic_q(copy, batch), q)
+    other = SACLSTMLearner(OBS, ACT, Config(calib_updates=4, seed=9))
+    assert np.abs(critic_q(other, batch) - q).max() > 1e-3
+
+
 @needs_cuda
 def test_learner_state_moves_between_cuda_and_cpu(caplog):
     a, buf, rng, _ = cuda_learner(updates=8)
@@ -87,11 +111,13 @@ def test_learner_state_moves_between_cuda_and_cpu(caplog):
         c.load_state(*b.state())
     assert sum("reseeded" in r.getMessage() for r in caplog.records) == 1
     batch = buf.sample(16, 32, rng)
-    mb, mc = b.update(batch), c.update(batch)
+    # Same weights, same batch: the twin Q values of the batch's actions agree to float
+    # tolerance.  (Not the critic loss: its target uses fresh action noise, which differs
+    # after the reseed; on an H200 the two losses were 7.6% apart.)
+    np.testing.assert_allclose(critic_q(c, batch), critic_q(b, batch), rtol=1e-4, atol=1e-4)
+    b.update(batch)
+    c.update(batch)
     assert c.updates == b.updates == 9
-    # Same weights, same batch: the critic loss (which does not depend on the fresh action
-    # noise except through the target's next actions) agrees to float tolerance.
-    assert mc["critic_loss"] == pytest.approx(mb["critic_loss"], rel=0.05)
     assert float(c.opt_critic.state[c._critic_params[0]]["step"]) == 9.0
 
 
