@@ -44,6 +44,15 @@ def test_the_tank_duel_gets_n_step_returns_and_a_flag_or_env_var_takes_them_back
     assert Config.n_step == 1 and load_config(None, {}, {"env": "Pendulum-v1"}).n_step == 1
 
 
+def test_the_tank_duel_gets_burn_in_and_a_flag_or_env_var_takes_it_back():
+    # Sequences start from a warmed LSTM state: the early dips of seed 4 (docs/learner.md, session 9).
+    assert load_config(None, {}, {"env": "sacbot/TankDuel-v0"}).burn_in == 8
+    assert load_config(None, {}, {"env": "sacbot/TankDuel-v0", "burn_in": "0"}).burn_in == 0
+    assert load_config(None, {"SACBOT_BURN_IN": "4"}, {}).burn_in == 4  # the default env is TankDuel
+    assert Config.burn_in == 0 and load_config(None, {}, {"env": "Pendulum-v1"}).burn_in == 0
+    assert load_config(None, {}, {"env": "sacbot/TankDuelRadar-v0"}).burn_in == 0  # not measured there
+
+
 def test_preset_for_hands_out_a_copy():
     name, values = preset_for("sacbot/TankDuel-v0")
     values["init_alpha"] = 0.5

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Learner capacity: samples/s per device and batch, and how many bots that serves.
 
-samples/s = batch x sequence length x gradient steps/s.  Each measurement is a fresh
+samples/s = batch x sequence length x gradient steps/s (burn-in steps, which only warm the
+LSTM state, are not counted).  Each measurement is a fresh
 subprocess that builds the learner at the given sizes (tools/bench_learner.py's
 ``learner_and_batches``), warms it up (calibration included, so the timed updates
 fake-quantize), then times for ``--seconds`` each:
@@ -18,6 +19,7 @@ replay ratio R (samples trained per transition received): N = samples/s / (R x t
     python tools/bench_capacity.py --batches 16,64,256                       # the CPU table
     python tools/bench_capacity.py --devices cpu,cuda --batches 256,1024,4096 --cpu-batches 256,1024
     python tools/bench_capacity.py --devices cuda --batches 1024 --profile 1024   # kernels per update
+    python tools/bench_capacity.py --batches 16 --burn-in 0,8 --rounds 5          # what burn-in costs
 
 The last line printed is JSON.
 """
@@ -35,13 +37,13 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _ints(text: str) -> list[int]:
+def _ints(text: str, least: int = 1) -> list[int]:
     try:
         vals = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not vals or min(vals) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    if not vals or min(vals) < least:
+        raise argparse.ArgumentTypeError(f"expected integers >= {least}, got {text!r}")
     return vals
 
 
@@ -69,7 +71,7 @@ def child(a) -> dict:
         _sync(a.device)
         n, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < a.seconds:
-            batch = batches[n % 8] if mode == "update" else replay.sample(a.batch, a.seq_len, rng)
+            batch = batches[n % 8] if mode == "update" else replay.sample(a.batch, a.seq_len, rng, a.burn_in)
             learner.update(batch)  # returns Python floats: the step has finished on the device
             n += 1
         dt = time.perf_counter() - t0
@@ -110,10 +112,11 @@ def profile(learner, batches, device: str, updates: int = 10) -> dict:
                              "ms_per_update": round(sum(v) / 1e3 / updates, 3)} for k, v in top]}
 
 
-def measure(a, device: str, threads: int, batch: int, profile_it: bool) -> dict:
+def measure(a, device: str, threads: int, batch: int, burn_in: int, profile_it: bool) -> dict:
     cmd = [sys.executable, __file__, "--child", "--device", device, "--threads", str(threads),
            "--batches", str(batch), "--seq-len", str(a.seq_len), "--hidden", str(a.hidden),
            "--obs-dim", str(a.obs_dim), "--act-dim", str(a.act_dim), "--seconds", str(a.seconds),
+           "--burn-in", str(burn_in),
            "--quant", a.quant] + (["--profile", str(batch)] if profile_it else [])
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
@@ -134,6 +137,9 @@ def main() -> None:
     p.add_argument("--quant", choices=["on", "off"], default="on")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--seq-len", type=int, default=32)
+    p.add_argument("--burn-in", type=lambda t: _ints(t, 0), default=[0],
+                   help="steps before each sequence that only warm the LSTM state (not counted in samples/s); "
+                        "several, comma-separated, are measured in the same rounds (default 0)")
     p.add_argument("--obs-dim", type=int, default=35)
     p.add_argument("--act-dim", type=int, default=4)
     p.add_argument("--seconds", type=float, default=4.0, help="timed seconds per mode and measurement")
@@ -146,23 +152,25 @@ def main() -> None:
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
-        a.batch, a.device, a.threads = a.batches[0], a.devices, a.threads[0]
+        a.batch, a.device, a.threads, a.burn_in = a.batches[0], a.devices, a.threads[0], a.burn_in[0]
         print(json.dumps(child(a)))
         return
     if a.seconds <= 0 or a.rounds < 1:
         p.error("--seconds must be > 0 and --rounds >= 1")
     devices = [d.strip() for d in a.devices.split(",") if d.strip()]
-    plan = []  # (key, device, threads, batch)
-    for dev in devices:
-        if dev == "cpu":
-            cpu_batches = a.cpu_batches or a.batches
-            plan += [(f"cpu/t{t}/b{b}", dev, t, b) for t in a.threads for b in cpu_batches]
-        else:
-            plan += [(f"{dev}/b{b}", dev, 1, b) for b in a.batches]
+    plan = []  # (key, device, threads, batch, burn-in)
+    for bi in a.burn_in:
+        tag = f"/bi{bi}" if len(a.burn_in) > 1 else ""
+        for dev in devices:
+            if dev == "cpu":
+                cpu_batches = a.cpu_batches or a.batches
+                plan += [(f"cpu/t{t}/b{b}{tag}", dev, t, b, bi) for t in a.threads for b in cpu_batches]
+            else:
+                plan += [(f"{dev}/b{b}{tag}", dev, 1, b, bi) for b in a.batches]
     runs: dict[str, dict[str, list[float]]] = {k: {"update": [], "sample+update": []} for k, *_ in plan}
     for r in range(a.rounds):
-        for key, dev, threads, batch in plan:
-            res = measure(a, dev, threads, batch, False)
+        for key, dev, threads, batch, bi in plan:
+            res = measure(a, dev, threads, batch, bi, False)
             for mode in ("update", "sample+update"):
                 runs[key][mode].append(res[mode])
             if a.jsonl:
@@ -172,10 +180,10 @@ def main() -> None:
                   f"{res['sample+update']:.1f} sample+update = "
                   f"{batch * a.seq_len * res['update']:,.0f} samples/s", file=sys.stderr, flush=True)
     summary = {}
-    for key, dev, threads, batch in plan:
+    for key, dev, threads, batch, bi in plan:
         med = {m: statistics.median(v) for m, v in runs[key].items()}
         samples = {m: round(batch * a.seq_len * v) for m, v in med.items()}
-        summary[key] = {"device": dev, "threads": threads, "batch": batch, "steps_per_s": med,
+        summary[key] = {"device": dev, "threads": threads, "batch": batch, "burn_in": bi, "steps_per_s": med,
                         "samples_per_s": samples,
                         "bots_served": {str(R): round(samples["sample+update"] / (R * a.tick_hz), 1)
                                         for R in a.replay_ratios}}
@@ -184,7 +192,8 @@ def main() -> None:
     for key, s in summary.items():
         if s["device"] == "cpu" or not cpu:
             continue
-        same = [c for c in cpu.values() if c["batch"] == s["batch"] and c["threads"] == 1]
+        same = [c for c in cpu.values() if c["batch"] == s["batch"] and c["threads"] == 1
+                and c["burn_in"] == s["burn_in"]]
         best_cpu = max(cpu.values(), key=lambda c: c["samples_per_s"]["sample+update"])
         ratios[key] = {
             "vs_cpu_1_thread_same_batch": (round(s["samples_per_s"]["sample+update"]
@@ -196,8 +205,9 @@ def main() -> None:
     if a.profile:
         for dev in devices:
             if dev != "cpu":  # on the CPU there are no kernels to count
-                profiles[dev] = measure(a, dev, 1, a.profile, True)["profile"]
+                profiles[dev] = measure(a, dev, 1, a.profile, a.burn_in[0], True)["profile"]
     print(json.dumps({"bench": "capacity", "quant": a.quant, "hidden": a.hidden, "seq_len": a.seq_len,
+                      "burn_in": a.burn_in,
                       "obs_dim": a.obs_dim, "act_dim": a.act_dim, "rounds": a.rounds, "seconds": a.seconds,
                       "tick_hz": a.tick_hz, "summary": summary, "gpu_over_cpu": ratios,
                       "profile": profiles, "runs": runs}))

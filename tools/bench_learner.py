@@ -37,7 +37,8 @@ def learner_and_batches(a, quant: str, n_batches: int):
     learner = SACLSTMLearner(a.obs_dim, a.act_dim, cfg)
     rng = np.random.default_rng(0)
     buf = random_replay(a, rng)
-    return learner, [buf.sample(a.batch, a.seq_len, rng) for _ in range(n_batches)]
+    burn_in = getattr(a, "burn_in", 0)  # bench_capacity's --burn-in: warm-up steps with mask 0
+    return learner, [buf.sample(a.batch, a.seq_len, rng, burn_in) for _ in range(n_batches)]
 
 
 def random_replay(a, rng, rows: int = 4096):
