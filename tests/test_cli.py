@@ -227,8 +227,8 @@ def test_run_says_which_preset_it_applied(tmp_path):
     bad = ["--env-kwargs", '{"opponents": ["nobody"]}']
     p = cli(tmp_path, *run_args(tmp_path, "--env", "sacbot/TankDuel-v0", *bad))
     assert p.returncode == 2
-    assert "sacbot: preset for sacbot/TankDuel-v0: init_alpha=0.02, n_step=5, burn_in=8 (settings you give override it)" \
-        in p.stderr.splitlines(), p.stderr
+    said = "sacbot: preset for sacbot/TankDuel-v0: init_alpha=0.02, n_step=5, burn_in=8 (settings you give override it)"
+    assert said in p.stderr.splitlines(), p.stderr
     p = cli(tmp_path, *run_args(tmp_path, "--env", "Pendulum-v1", "--env-kwargs", '{"g": "abc"}'))
     assert "sacbot: no preset for Pendulum-v1: sacbot's defaults apply" in p.stderr.splitlines()
 
