@@ -158,6 +158,22 @@ def main() -> None:
     if a.seconds <= 0 or a.rounds < 1:
         p.error("--seconds must be > 0 and --rounds >= 1")
     devices = [d.strip() for d in a.devices.split(",") if d.strip()]
+    if not devices:
+        p.error(f"--devices {a.devices!r} names no device; expected e.g. cpu or cpu,cuda")
+    sys.path.insert(0, os.path.dirname(HERE))
+    from sacbot.config import ConfigError
+    from sacbot.sac import resolve_device
+
+    if a.jsonl:
+        try:  # fail now, not after the first measurement
+            open(a.jsonl, "a").close()
+        except OSError as e:
+            p.error(f"--jsonl {a.jsonl}: cannot append to it ({e.strerror})")
+    for dev in devices:  # one clear line before any run, not a child's traceback after some
+        try:
+            resolve_device(dev)
+        except ConfigError as e:
+            p.error(f"--devices: {e}")
     plan = []  # (key, device, threads, batch, burn-in)
     for bi in a.burn_in:
         tag = f"/bi{bi}" if len(a.burn_in) > 1 else ""
