@@ -3,6 +3,7 @@ are in BENCHMARKS.md; these check that what the tools print is what they measure
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -13,26 +14,54 @@ import pytest
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
 
 
+def bench_capacity():
+    spec = importlib.util.spec_from_file_location("bench_capacity", TOOLS / "bench_capacity.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 @pytest.mark.timeout(120)
-def test_bench_capacity_reports_samples_and_bots_from_its_own_runs(tmp_path):
+def test_bench_capacity_reports_medians_samples_and_bots_from_its_own_runs(tmp_path):
     jsonl = tmp_path / "runs.jsonl"
     p = subprocess.run([sys.executable, str(TOOLS / "bench_capacity.py"), "--batches", "2", "--seq-len", "4",
-                        "--hidden", "8", "--burn-in", "0,2", "--rounds", "1", "--seconds", "0.2",
+                        "--hidden", "8", "--burn-in", "0,2", "--rounds", "3", "--seconds", "0.1",
                         "--replay-ratios", "8,2", "--jsonl", str(jsonl)],
                        capture_output=True, text=True, timeout=110)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
-    assert set(out["summary"]) == {"cpu/t1/b2/bi0", "cpu/t1/b2/bi2"}
+    keys = ["cpu/t1/b2/bi0", "cpu/t1/b2/bi2"]
+    assert list(out["summary"]) == keys
     lines = [json.loads(line) for line in jsonl.read_text().splitlines()]
-    assert [d["key"] for d in lines] == ["cpu/t1/b2/bi0", "cpu/t1/b2/bi2"]
-    for d in lines:
-        row = out["summary"][d["key"]]
-        assert d["quant_phase"] == "training" and d["update"] > 0  # calibrated, then timed
-        assert row["steps_per_s"] == {"update": d["update"], "sample+update": d["sample+update"]}
+    assert [d["key"] for d in lines] == keys * 3  # rounds interleave the settings
+    for key in keys:
+        mine = [d for d in lines if d["key"] == key]
+        assert all(d["quant_phase"] == "training" and d["update"] > 0 for d in mine)  # calibrated, then timed
+        row = out["summary"][key]
+        for mode in ("update", "sample+update"):
+            assert row["steps_per_s"][mode] == sorted(d[mode] for d in mine)[1]  # the median of 3
         samples = row["samples_per_s"]["sample+update"]
-        assert samples == round(2 * 4 * d["sample+update"])
+        assert samples == round(2 * 4 * row["steps_per_s"]["sample+update"])
         assert row["bots_served"] == {"8": round(samples / (8 * 30), 1), "2": round(samples / (2 * 30), 1)}
+    # The progress lines show the same samples/s (with sampling) as the summary's runs.
+    said = [line for line in p.stderr.splitlines() if line.startswith("round ")]
+    assert len(said) == 6 and said[0].endswith(f"= {round(2 * 4 * lines[0]['sample+update']):,} samples/s")
     assert out["gpu_over_cpu"] == {}  # nothing but the CPU here
+
+
+def test_gpu_rows_are_compared_with_cpu_rows_of_the_same_burn_in():
+    def row(kind, threads, batch, burn_in, rate):
+        return {"kind": kind, "threads": threads, "batch": batch, "burn_in": burn_in,
+                "samples_per_s": {"sample+update": rate}}
+
+    summary = {"cpu/t1/b256/bi0": row("cpu", 1, 256, 0, 100), "cpu/t8/b256/bi0": row("cpu", 8, 256, 0, 400),
+               "cpu/t1/b256/bi8": row("cpu", 1, 256, 8, 80), "cpu/t8/b256/bi8": row("cpu", 8, 256, 8, 1000),
+               "cuda/b256/bi0": row("gpu", 1, 256, 0, 2000), "cuda/b1024/bi8": row("gpu", 1, 1024, 8, 4000)}
+    ratios = bench_capacity().gpu_over_cpu(summary)
+    assert ratios == {
+        "cuda/b256/bi0": {"vs_cpu_1_thread_same_batch": 20.0, "vs_best_cpu": 5.0, "best_cpu": "cpu/t8/b256/bi0"},
+        "cuda/b1024/bi8": {"vs_cpu_1_thread_same_batch": None, "vs_best_cpu": 4.0, "best_cpu": "cpu/t8/b256/bi8"},
+    }
 
 
 @pytest.mark.timeout(60)

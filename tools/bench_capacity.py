@@ -21,6 +21,9 @@ replay ratio R (samples trained per transition received): N = samples/s / (R x t
     python tools/bench_capacity.py --devices cuda --batches 1024 --profile 1024   # kernels per update
     python tools/bench_capacity.py --batches 16 --burn-in 0,8 --rounds 5          # what burn-in costs
 
+``--profile B`` runs once more after the rounds, on each GPU at batch B and the first
+``--burn-in``: the two timed modes, then 10 updates under ``torch.profiler`` (which slows them).
+
 The last line printed is JSON.
 """
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -113,14 +117,15 @@ def profile(learner, batches, device: str, updates: int = 10) -> dict:
 
 
 def measure(a, device: str, threads: int, batch: int, burn_in: int, profile_it: bool) -> dict:
-    cmd = [sys.executable, __file__, "--child", "--device", device, "--threads", str(threads),
+    cmd = [sys.executable, __file__, "--child", "--devices", device, "--threads", str(threads),
            "--batches", str(batch), "--seq-len", str(a.seq_len), "--hidden", str(a.hidden),
            "--obs-dim", str(a.obs_dim), "--act-dim", str(a.act_dim), "--seconds", str(a.seconds),
            "--burn-in", str(burn_in),
            "--quant", a.quant] + (["--profile", str(batch)] if profile_it else [])
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
-        sys.exit(f"bench_capacity: {device} batch {batch} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
+        raise RuntimeError(f"bench_capacity: {device} batch {batch} failed (exit {out.returncode}):\n"
+                           f"{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -155,38 +160,33 @@ def main() -> None:
         a.batch, a.device, a.threads, a.burn_in = a.batches[0], a.devices, a.threads[0], a.burn_in[0]
         print(json.dumps(child(a)))
         return
-    if a.seconds <= 0 or a.rounds < 1:
-        p.error("--seconds must be > 0 and --rounds >= 1")
-    devices = [d.strip() for d in a.devices.split(",") if d.strip()]
-    if not devices:
-        p.error(f"--devices {a.devices!r} names no device; expected e.g. cpu or cpu,cuda")
+    if not (0 < a.seconds < math.inf) or a.rounds < 1 or not (0 < a.tick_hz < math.inf) or a.profile < 0:
+        p.error("expected --seconds and --tick-hz finite and > 0, --rounds >= 1 and --profile >= 0")
     sys.path.insert(0, os.path.dirname(HERE))
     from sacbot.config import ConfigError
     from sacbot.sac import resolve_device
 
+    devices = []
+    for name in dict.fromkeys(d.strip() for d in a.devices.split(",") if d.strip()):  # in order, once each
+        try:  # one clear line before any run, not a child's traceback after some
+            devices.append((name, resolve_device(name).type))
+        except ConfigError as e:
+            p.error(f"--devices: {e}")
+    if not devices:
+        p.error(f"--devices {a.devices!r} names no device; expected e.g. cpu or cpu,cuda")
     if a.jsonl:
         try:  # fail now, not after the first measurement
             open(a.jsonl, "a").close()
         except OSError as e:
             p.error(f"--jsonl {a.jsonl}: cannot append to it ({e.strerror})")
-    for dev in devices:  # one clear line before any run, not a child's traceback after some
-        try:
-            resolve_device(dev)
-        except ConfigError as e:
-            p.error(f"--devices: {e}")
-    plan = []  # (key, device, threads, batch, burn-in)
-    for bi in a.burn_in:
-        tag = f"/bi{bi}" if len(a.burn_in) > 1 else ""
-        for dev in devices:
-            if dev == "cpu":
-                cpu_batches = a.cpu_batches or a.batches
-                plan += [(f"cpu/t{t}/b{b}{tag}", dev, t, b, bi) for t in a.threads for b in cpu_batches]
-            else:
-                plan += [(f"{dev}/b{b}{tag}", dev, 1, b, bi) for b in a.batches]
+    plan = make_plan(devices, a)
     runs: dict[str, dict[str, list[float]]] = {k: {"update": [], "sample+update": []} for k, *_ in plan}
     for r in range(a.rounds):
-        for key, dev, threads, batch, bi in plan:
-            res = measure(a, dev, threads, batch, bi, False)
+        for key, dev, _, threads, batch, bi in plan:
+            try:
+                res = measure(a, dev, threads, batch, bi, False)
+            except RuntimeError as e:
+                sys.exit(str(e))
             for mode in ("update", "sample+update"):
                 runs[key][mode].append(res[mode])
             if a.jsonl:
@@ -194,40 +194,66 @@ def main() -> None:
                     f.write(json.dumps({"round": r + 1, "key": key, **res}) + "\n")
             print(f"round {r + 1}/{a.rounds} {key}: {res['update']:.1f} steps/s update, "
                   f"{res['sample+update']:.1f} sample+update = "
-                  f"{batch * a.seq_len * res['update']:,.0f} samples/s", file=sys.stderr, flush=True)
-    summary = {}
-    for key, dev, threads, batch, bi in plan:
-        med = {m: statistics.median(v) for m, v in runs[key].items()}
-        samples = {m: round(batch * a.seq_len * v) for m, v in med.items()}
-        summary[key] = {"device": dev, "threads": threads, "batch": batch, "burn_in": bi, "steps_per_s": med,
-                        "samples_per_s": samples,
-                        "bots_served": {str(R): round(samples["sample+update"] / (R * a.tick_hz), 1)
-                                        for R in a.replay_ratios}}
-    ratios = {}
-    cpu = {k: v for k, v in summary.items() if v["device"] == "cpu"}
-    for key, s in summary.items():
-        if s["device"] == "cpu" or not cpu:
-            continue
-        same = [c for c in cpu.values() if c["batch"] == s["batch"] and c["threads"] == 1
-                and c["burn_in"] == s["burn_in"]]
-        best_cpu = max(cpu.values(), key=lambda c: c["samples_per_s"]["sample+update"])
-        ratios[key] = {
-            "vs_cpu_1_thread_same_batch": (round(s["samples_per_s"]["sample+update"]
-                                                 / same[0]["samples_per_s"]["sample+update"], 2) if same else None),
-            "vs_best_cpu": round(s["samples_per_s"]["sample+update"] / best_cpu["samples_per_s"]["sample+update"], 2),
-            "best_cpu": f"cpu/t{best_cpu['threads']}/b{best_cpu['batch']}",
-        }
+                  f"{batch * a.seq_len * res['sample+update']:,.0f} samples/s", file=sys.stderr, flush=True)
+    summary = summarize(plan, runs, a.seq_len, a.replay_ratios, a.tick_hz)
     profiles = {}
     if a.profile:
-        for dev in devices:
-            if dev != "cpu":  # on the CPU there are no kernels to count
-                profiles[dev] = measure(a, dev, 1, a.profile, a.burn_in[0], True)["profile"]
+        for name, kind in devices:
+            if kind != "cpu":  # on the CPU there are no kernels to count
+                try:
+                    profiles[name] = measure(a, name, 1, a.profile, a.burn_in[0], True)["profile"]
+                except RuntimeError as e:  # keep the summary that the rounds measured
+                    profiles[name] = {"error": str(e)[-500:]}
     print(json.dumps({"bench": "capacity", "quant": a.quant, "hidden": a.hidden, "seq_len": a.seq_len,
                       "burn_in": a.burn_in,
                       "obs_dim": a.obs_dim, "act_dim": a.act_dim, "rounds": a.rounds, "seconds": a.seconds,
-                      "tick_hz": a.tick_hz, "summary": summary, "gpu_over_cpu": ratios,
+                      "tick_hz": a.tick_hz, "summary": summary, "gpu_over_cpu": gpu_over_cpu(summary),
                       "profile": profiles, "runs": runs}))
 
+
+def make_plan(devices: list[tuple[str, str]], a) -> list[tuple[str, str, str, int, int, int]]:
+    """(key, device, kind, threads, batch, burn-in) of each measurement in a round; batches and
+    thread counts once each, the CPU at --cpu-batches, a GPU at 1 thread."""
+    plan = []
+    tag = (lambda bi: f"/bi{bi}") if len(set(a.burn_in)) > 1 else (lambda bi: "")
+    for bi in dict.fromkeys(a.burn_in):
+        for name, kind in devices:
+            if kind == "cpu":
+                plan += [(f"{name}/t{t}/b{b}{tag(bi)}", name, kind, t, b, bi)
+                         for t in dict.fromkeys(a.threads) for b in dict.fromkeys(a.cpu_batches or a.batches)]
+            else:
+                plan += [(f"{name}/b{b}{tag(bi)}", name, kind, 1, b, bi) for b in dict.fromkeys(a.batches)]
+    return plan
+
+
+def summarize(plan, runs, seq_len: int, replay_ratios: list[int], tick_hz: float) -> dict:
+    """Per key: median steps/s of each mode, samples/s from them, and the bots served at each R."""
+    summary = {}
+    for key, dev, kind, threads, batch, bi in plan:
+        med = {m: statistics.median(v) for m, v in runs[key].items()}
+        samples = {m: round(batch * seq_len * v) for m, v in med.items()}
+        summary[key] = {"device": dev, "kind": kind,
+                        "threads": threads, "batch": batch, "burn_in": bi, "steps_per_s": med,
+                        "samples_per_s": samples,
+                        "bots_served": {str(R): round(samples["sample+update"] / (R * tick_hz), 1)
+                                        for R in replay_ratios}}
+    return summary
+
+
+def gpu_over_cpu(summary: dict) -> dict:
+    """Each GPU row's samples/s (with sampling) against the 1-thread CPU row of the same batch
+    and burn-in, and against the best CPU row of the same burn-in."""
+    rate = lambda row: row["samples_per_s"]["sample+update"]  # noqa: E731
+    ratios = {}
+    for key, row in summary.items():
+        cpus = {k: c for k, c in summary.items() if c["kind"] == "cpu" and c["burn_in"] == row["burn_in"]}
+        if row["kind"] == "cpu" or not cpus:
+            continue
+        same = [c for c in cpus.values() if c["batch"] == row["batch"] and c["threads"] == 1]
+        best = max(cpus, key=lambda k: rate(cpus[k]))
+        ratios[key] = {"vs_cpu_1_thread_same_batch": round(rate(row) / rate(same[0]), 2) if same else None,
+                       "vs_best_cpu": round(rate(row) / rate(cpus[best]), 2), "best_cpu": best}
+    return ratios
 
 if __name__ == "__main__":
     main()
