@@ -45,7 +45,7 @@ def test_the_tank_duel_gets_n_step_returns_and_a_flag_or_env_var_takes_them_back
 
 
 def test_the_tank_duel_gets_burn_in_and_a_flag_or_env_var_takes_it_back():
-    # Sequences start from a warmed LSTM state: the early dips of seed 4 (docs/learner.md, session 9).
+    # Sequences start from a warmed LSTM state: seed 4's early dips (docs/learner.md, sessions 7-9).
     assert load_config(None, {}, {"env": "sacbot/TankDuel-v0"}).burn_in == 8
     assert load_config(None, {}, {"env": "sacbot/TankDuel-v0", "burn_in": "0"}).burn_in == 0
     assert load_config(None, {"SACBOT_BURN_IN": "4"}, {}).burn_in == 4  # the default env is TankDuel
