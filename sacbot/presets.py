@@ -19,7 +19,7 @@ PRESETS: dict[str, dict] = {
     # Burn-in (8): each sampled sequence starts from an LSTM state warmed on the 8 steps before
     # it, not from zeros.  Against sitting_duck, seeds 0-4 to 40k (docs/learner.md, sessions 8
     # and 9): all 5 pass the stability goal (without it 4, seed 4 fell to 50%), first reaching
-    # 90% 0-10k steps later (later on 4).  From scratch against spinner, seeds 0-2: 90/80/100% at 40k
+    # 90% 0-10k steps later (later on 4 of 5).  From scratch against spinner, seeds 0-2: 90/80/100% at 40k
     # against 100/60/35% without.  It costs 0.83-0.91x in gradient steps/s (8 more steps per 32).
     "sacbot/TankDuel-v0": {"init_alpha": 0.02, "n_step": 5, "burn_in": 8},
     # The same rewards, so the same temperature; only the observation differs.
