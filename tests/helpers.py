@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import queue
 import threading
@@ -48,6 +49,15 @@ class StderrWatcher:
             if line is not None:
                 self.seen.append(line)
         return "".join(self.seen)
+
+
+def load_tool(name: str):
+    """The module of ``tools/<name>.py``: tools/ is not a package on pytest's path."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def dir_digests(d) -> dict[str, str]:

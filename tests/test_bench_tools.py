@@ -3,22 +3,15 @@ are in BENCHMARKS.md; these check that what the tools print is what they measure
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import load_tool
 
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
-
-
-def bench_capacity():
-    spec = importlib.util.spec_from_file_location("bench_capacity", TOOLS / "bench_capacity.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.timeout(120)
@@ -57,7 +50,7 @@ def test_gpu_rows_are_compared_with_cpu_rows_of_the_same_burn_in():
     summary = {"cpu/t1/b256/bi0": row("cpu", 1, 256, 0, 100), "cpu/t8/b256/bi0": row("cpu", 8, 256, 0, 400),
                "cpu/t1/b256/bi8": row("cpu", 1, 256, 8, 80), "cpu/t8/b256/bi8": row("cpu", 8, 256, 8, 1000),
                "cuda/b256/bi0": row("gpu", 1, 256, 0, 2000), "cuda/b1024/bi8": row("gpu", 1, 1024, 8, 4000)}
-    ratios = bench_capacity().gpu_over_cpu(summary)
+    ratios = load_tool("bench_capacity").gpu_over_cpu(summary)
     assert ratios == {
         "cuda/b256/bi0": {"vs_cpu_1_thread_same_batch": 20.0, "vs_best_cpu": 5.0, "best_cpu": "cpu/t8/b256/bi0"},
         "cuda/b1024/bi8": {"vs_cpu_1_thread_same_batch": None, "vs_best_cpu": 4.0, "best_cpu": "cpu/t8/b256/bi8"},

@@ -14,6 +14,7 @@ import zipfile
 import numpy as np
 import pytest
 import zstandard
+from helpers import load_tool
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -125,13 +126,7 @@ def test_stale_temp_files_are_removed_but_nothing_else(tmp_path):
 
 @pytest.mark.timeout(180)
 def test_sigkill_during_continuous_saves_never_loses_the_latest(tmp_path):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("crash_test", os.path.join(
-        os.path.dirname(__file__), "..", "tools", "crash_test.py"))
-    crash = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(crash)
-    res = crash.run(kills=30, mb=2.0, seed=1)
+    res = load_tool("crash_test").run(kills=30, mb=2.0, seed=1)
     assert res["failures"] == []
     assert res["max_step_reached"] >= 30  # every child completed at least one save
 

@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+from helpers import load_tool
 
 import sacbot.envs  # noqa: F401 - registers
 from sacbot.envs.tank_duel import RADIUS, TankDuel, bullet_damage
@@ -351,22 +352,11 @@ def test_the_radar_observation_shows_the_enemy_while_it_is_in_the_arc():
     assert obs[11] == 0.0 and not obs[12:24].any()
 
 
-def _radar_bounds_tool():
-    """tools/ is not a package on pytest's path; load the tool from its file."""
-    import importlib.util
-
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "bench_radar_bounds.py")
-    spec = importlib.util.spec_from_file_location("bench_radar_bounds", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_the_scripted_policies_decode_the_radar_observation_as_documented():
     """tools/bench_radar_bounds.py's policies read everything through ``decode``; checked here
     against the env's own state, with our tank off-centre and the enemy moving, so a field
     swapped, rescaled or negated in ``_radar_obs`` (or in ``decode``) shows."""
-    tool = _radar_bounds_tool()
+    tool = load_tool("bench_radar_bounds")
     env = TankDuel(opponents="walker", observation="radar")
     env.reset(seed=3)
     env.tick = 42
@@ -392,7 +382,7 @@ def test_a_memoryless_scripted_policy_wins_the_radar_duel_against_sitting_duck()
     """What the radar duel allows (docs/learner.md, "Session 8"): the gun keeps pointing where
     the last sighting put it, so a policy without memory kills the duck too, later than one
     with memory; and a policy that aims at nothing does not."""
-    tool = _radar_bounds_tool()
+    tool = load_tool("bench_radar_bounds")
     env = gym.make(RADAR)
     mem = tool.play(env, tool.memory(), 4)
     blind = tool.play(env, tool.memoryless(True), 4)

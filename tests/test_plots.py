@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 
 import pytest
+from helpers import load_tool
 
 pytest.importorskip("matplotlib", reason="matplotlib (test/plot extra) is not installed")
 
 TOOL = os.path.join(os.path.dirname(__file__), "..", "tools", "plot_metrics.py")
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "run_small")
-spec = importlib.util.spec_from_file_location("plot_metrics", TOOL)
-pm = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(pm)
+pm = load_tool("plot_metrics")
 
 
 def test_every_panel_is_drawn_from_the_fixture():

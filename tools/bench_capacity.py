@@ -51,11 +51,11 @@ def _ints(text: str, least: int = 1) -> list[int]:
     return vals
 
 
-def _sync(device: str) -> None:
+def _sync(device) -> None:
     import torch
 
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def child(a) -> dict:
@@ -63,16 +63,15 @@ def child(a) -> dict:
     import numpy as np
 
     sys.path.insert(0, HERE)
-    from bench_learner import learner_and_batches, random_replay
+    from bench_learner import learner_and_batches
 
-    learner, batches = learner_and_batches(a, a.quant, 8)
+    learner, batches, replay = learner_and_batches(a, a.quant, 8)
     rng = np.random.default_rng(1)
-    replay = random_replay(a, rng)
     for i in range(5):
         learner.update(batches[i % 8])
     out = {"device": str(learner.device), "quant_phase": learner.quant_phase}
     for mode in ("update", "sample+update"):
-        _sync(a.device)
+        _sync(learner.device)
         n, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < a.seconds:
             batch = batches[n % 8] if mode == "update" else replay.sample(a.batch, a.seq_len, rng, a.burn_in)
@@ -82,25 +81,25 @@ def child(a) -> dict:
         out[mode] = round(n / dt, 3)
     if a.profile:
         try:
-            out["profile"] = profile(learner, batches, a.device)
+            out["profile"] = profile(learner, batches)
         except Exception as e:  # the profiler's event API moves between torch releases
             out["profile"] = {"error": repr(e)}
     return out
 
 
-def profile(learner, batches, device: str, updates: int = 10) -> dict:
+def profile(learner, batches, updates: int = 10) -> dict:
     """Kernels launched and device time per update, against its wall time: on a GPU, how far
     the update is from keeping the device busy."""
     import torch
     from torch.profiler import ProfilerActivity
 
     acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
-    _sync(device)
+    _sync(learner.device)
     with torch.profiler.profile(activities=acts) as prof:
         t0 = time.perf_counter()
         for i in range(updates):
             learner.update(batches[i % len(batches)])
-        _sync(device)
+        _sync(learner.device)
         wall = time.perf_counter() - t0
     kernels: dict[str, list[float]] = {}
     for ev in prof.events():
@@ -254,6 +253,7 @@ def gpu_over_cpu(summary: dict) -> dict:
         ratios[key] = {"vs_cpu_1_thread_same_batch": round(rate(row) / rate(same[0]), 2) if same else None,
                        "vs_best_cpu": round(rate(row) / rate(cpus[best]), 2), "best_cpu": best}
     return ratios
+
 
 if __name__ == "__main__":
     main()

@@ -24,11 +24,13 @@ NAIVE = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "bench", "naiv
 
 
 def learner_and_batches(a, quant: str, n_batches: int):
-    """A fresh learner at the bench's sizes and ``n_batches`` sampled from random transitions."""
+    """A fresh learner at the bench's sizes, ``n_batches`` sampled from random transitions, and
+    the replay they came from."""
     import numpy as np
     import torch
 
     from sacbot.config import Config
+    from sacbot.replay import SequenceReplay
     from sacbot.sac import SACLSTMLearner
 
     torch.set_num_threads(a.threads)
@@ -36,21 +38,12 @@ def learner_and_batches(a, quant: str, n_batches: int):
                  device=a.device)
     learner = SACLSTMLearner(a.obs_dim, a.act_dim, cfg)
     rng = np.random.default_rng(0)
-    buf = random_replay(a, rng)
-    burn_in = getattr(a, "burn_in", 0)  # bench_capacity's --burn-in: warm-up steps with mask 0
-    return learner, [buf.sample(a.batch, a.seq_len, rng, burn_in) for _ in range(n_batches)]
-
-
-def random_replay(a, rng, rows: int = 4096):
-    """A replay of random transitions in episodes longer than L, so windows are full like the
-    yardstick's."""
-    from sacbot.replay import SequenceReplay
-
-    buf = SequenceReplay(rows, a.obs_dim, a.act_dim)
-    for i in range(rows):
+    buf = SequenceReplay(4096, a.obs_dim, a.act_dim)
+    for i in range(4096):  # episodes longer than L, so windows are full like the yardstick's
         buf.add(rng.standard_normal(a.obs_dim), rng.uniform(-1, 1, a.act_dim), rng.standard_normal(),
                 rng.standard_normal(a.obs_dim), False, i % 500 == 499)
-    return buf
+    burn_in = getattr(a, "burn_in", 0)  # bench_capacity's --burn-in: warm-up steps with mask 0
+    return learner, [buf.sample(a.batch, a.seq_len, rng, burn_in) for _ in range(n_batches)], buf
 
 
 def sacbot_steps(a) -> dict:
@@ -61,7 +54,7 @@ def sacbot_steps(a) -> dict:
 
     import sacbot
 
-    learner, batches = learner_and_batches(a, a.quant, 8)
+    learner, batches, _ = learner_and_batches(a, a.quant, 8)
     for i in range(5):
         learner.update(batches[i % 8])
     n, t0 = 0, time.perf_counter()
@@ -127,7 +120,7 @@ def count_flops(a) -> dict:
         hook.remove()
     naive_steps = opt_steps[0] / 3
 
-    learner, (batch,) = learner_and_batches(a, "on", 1)
+    learner, (batch,), _ = learner_and_batches(a, "on", 1)
     learner.update(batch)  # calibration: the counted updates fake-quantize
     ours, updates = Count(), 3
     with ours:
