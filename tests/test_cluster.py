@@ -100,7 +100,8 @@ def test_a_cluster_trains_survives_kills_of_a_bot_and_the_learner_and_closes_on_
         t0 = time.monotonic()
         wait_until(lambda: read_status(root)["bots"]["0"]["pid"] not in (None, bot_pid)
               and read_status(root)["bots"]["0"]["heartbeat_age_s"] < 2, 30, "bot0 to come back")
-        assert time.monotonic() - t0 < 10
+        took = time.monotonic() - t0
+        assert took < 10, f"bot0 came back after {took:.1f} s"
         # A version per pass and per 64 steps of a longer one: +2 within 90 s even on a loaded machine.
         wait_until(lambda: read_status(root)["policy_version"] > version + 2, 90, "the learner to keep publishing")
         assert read_status(root)["learner_pid"] == learner_pid

@@ -124,10 +124,10 @@ def test_save_slot_drops_offers_but_never_the_final_save():
     assert slot.offer("a") and not slot.offer("b")
     got = []
 
-    def consume():
-        got.append(slot.get(1.0))
+    def consume():  # long waits: the final put must not lose a race with a stalled thread
+        got.append(slot.get(10.0))
         slot.task_done()
-        got.append(slot.get(1.0))
+        got.append(slot.get(10.0))
         slot.task_done()
 
     t = threading.Thread(target=consume, name="test-consumer")
@@ -471,14 +471,15 @@ def test_a_stop_mid_pass_keeps_the_remaining_steps_owed(tmp_path):
     assert st.utd_carry == pytest.approx(7.0)  # 12 owed, 5 taken
 
 
-def _play_until_saves(agent, saves_wanted, max_steps=400):
+def _play_until(agent, done, max_steps=400):
+    """Play until the learner's status satisfies ``done``; return that status."""
     obs = np.zeros(3, np.float32)
     agent.new_episode("x")
     for _ in range(max_steps):
         agent.act(obs)
         agent.observe(0.0, obs, False, False)
         # Every offered save is attempted by the writer, and its outcome reaches the status.
-        if agent.learner.wait_for(lambda st: st.get("saves", 0) + st.get("save_errors", 0) >= saves_wanted, 0.05):
+        if agent.learner.wait_for(done, 0.05):
             return agent.learner.status()
     raise AssertionError("not enough saves were offered")
 
@@ -489,16 +490,22 @@ def test_save_into_an_unwritable_path_is_counted_and_retried(tmp_path, learner_k
     agent = Agent(cfg, OBS_SPACE, ACT_SPACE)
     blocker = os.path.join(cfg.weights_path, "sac_latest.zip")
     os.makedirs(os.path.join(blocker, "x"))  # a directory where the file must go: the rename fails
-    _play_until_saves(agent, 1)
+    _play_until(agent, lambda st: st.get("save_errors", 0) >= 1)
     st = agent.status()
-    assert st["save_errors"] == 1 and st["learner_alive"] and "Error" in st["last_error"]
+    # One failed save at least: a second offer may fail too before this status is read.
+    failed = st["save_errors"]
+    assert failed >= 1 and st["saves"] == 0 and st["learner_alive"] and "Error" in st["last_error"]
     os.rmdir(os.path.join(blocker, "x"))
     os.rmdir(blocker)
-    st = _play_until_saves(agent, 2)
-    assert st["saves"] == 1 and st["learner_alive"]
+    st = _play_until(agent, lambda st: st.get("saves", 0) >= 1)
+    assert st["learner_alive"]
     agent.close()
     receipts = [json.loads(x) for x in open(os.path.join(cfg.weights_path, "saves.jsonl"))]
-    assert "error" in receipts[0] and receipts[1]["bytes"] > 0 and "error" not in receipts[1]
+    errors = [r for r in receipts if "error" in r]
+    # Every failure is receipted and counted, and once the path is free saves succeed.
+    assert len(errors) == agent.status()["save_errors"] >= failed
+    assert receipts[:len(errors)] == errors and all(r["bytes"] > 0 for r in receipts[len(errors):])
+    assert len(receipts) > len(errors)
 
 
 @pytest.mark.timeout(60)
@@ -518,7 +525,7 @@ def test_full_disk_is_counted_and_the_next_save_succeeds(tmp_path, monkeypatch):
     monkeypatch.setattr(ck, "atomic_write", full_disk_once)  # in this process: the thread learner
     cfg = small_cfg(tmp_path, pace="lockstep", save_interval=3)
     agent = Agent(cfg, OBS_SPACE, ACT_SPACE)
-    st = _play_until_saves(agent, 2)
+    st = _play_until(agent, lambda st: st.get("saves", 0) >= 1)
     assert st["save_errors"] == 1 and st["saves"] >= 1 and st["learner_alive"]
     assert "No space left" in (st["last_error"] or "")
     agent.close()
