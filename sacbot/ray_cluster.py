@@ -46,12 +46,14 @@ LEARNER_NAME = "sacbot-learner"
 MAX_IN_FLIGHT = 4  # sends outstanding per bot; more and the bot's queue fills and drops
 # A bot sends once SEND_BATCH messages wait or the oldest has waited SEND_PERIOD_S.  A call costs
 # the learner ~0.65 ms of CPU whatever it carries (Ray's part: decoding and storing 64 transitions
-# is ~65 us), so the calls, not the bytes, set what one learner can ingest: measured
-# (BENCHMARKS.md, "Learner ingest"), 20k transitions/s in calls of 64 left training at 0.82x its
-# speed, in calls of 16 at 0.21x.  At 30 ticks/s a bot fills a call of 60 in 2 s: 600 such bots
-# make the 312 calls/s of the first figure.  Experience reaching the learner 2 s later costs nothing.
+# is ~65 us), so the calls, not the bytes, set what one learner can ingest.  Measured side by side
+# (BENCHMARKS.md, "Learner ingest"), 20k transitions/s left training at 0.68x its speed alone in
+# calls of 64, 0.84x in calls of 150 and 0.96x in calls of 256 (0.21x in calls of 16).  So a bot at
+# 30 ticks/s waits 8 s and sends ~240 per call: 600 such bots make ~80 calls/s.  An off-policy
+# learner loses nothing by seeing experience 8 s later; a bot killed with kill -9 loses up to 8 s of
+# it (its outbox), as it loses its whole queue.  A faster bot fills SEND_BATCH sooner.
 SEND_BATCH = 256
-SEND_PERIOD_S = 2.0
+SEND_PERIOD_S = 8.0
 PULL_PERIOD_S = 0.05  # a bot asks for a newer actor at most 20 times a second
 STATUS_PERIOD_S = 1.0
 CALL_TIMEOUT_S = 10.0
