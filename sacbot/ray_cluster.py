@@ -343,11 +343,16 @@ class RayLearnerClient(LearnerLink):
         ray = require_ray()
         in_flight: list = []
         seq_of: dict = {}  # in-flight call -> its batch number; the oldest tells the learner where we are
-        while not self._stop.is_set():
-            msg = self.outbox.recv(timeout=0.1)
-            if msg is None:
+        while True:
+            # Read before the outbox: whatever the bot put before closing is then in the drain
+            # below, and goes in one last call instead of staying behind.
+            closing = self._stop.is_set()
+            msg = None if closing else self.outbox.recv(timeout=0.1)
+            batch = ([] if msg is None else [msg]) + self.outbox.drain()
+            if not batch:
+                if closing:
+                    break
                 continue
-            batch = [msg] + self.outbox.drain()
             deadline = time.monotonic() + SEND_PERIOD_S
             # Up to about twice the bot's own queue size (the last drain takes what waits): the
             # learner's inbox is sized from it (4 queues or more), so a batch always fits there.
@@ -369,6 +374,8 @@ class RayLearnerClient(LearnerLink):
             seq = (self._seq, min([self._seq, *seq_of.values()]), self.client)
             seq_of[(ref := self.learner.send.remote(self.source, encode_batch(batch), info, seq))] = self._seq
             in_flight.append(ref)
+            if closing:
+                break  # one last drain, even if something still sends after the close
         if in_flight:  # what is still on its way gets a moment to land
             done, _ = ray.wait(in_flight, num_returns=len(in_flight), timeout=5.0)
             self._settle(ray, done)

@@ -685,6 +685,54 @@ def test_the_shared_learner_takes_a_restarted_bot_and_refuses_what_would_stop_or
     assert final["final_save"]["ok"]
 
 
+def test_a_ray_bot_sends_what_it_queued_before_closing(monkeypatch):
+    """A bot's sender closes with one last call for what waits in its outbox: here the close comes
+    while a send call is in progress and more transitions wait, which were left behind before."""
+    from sacbot import ray_cluster
+    from sacbot.channels import transitions_in
+    from sacbot.messages import decode_batch
+
+    gate, in_call = threading.Event(), threading.Event()
+    got: list[int] = []
+
+    class Method:
+        def __init__(self, fn):
+            self.remote = fn
+
+    class FakeLearner:  # the actor's methods, called in the sender's and the puller's threads
+        def _send(self, source, data, info, seq):
+            in_call.set()
+            assert gate.wait(30), "the test never let the first call finish"
+            got.append(sum(transitions_in(m) for m in decode_batch(data)))
+            return "ref"
+
+        send = property(lambda self: Method(self._send))
+        pull = property(lambda self: Method(lambda version: None))
+        status = property(lambda self: Method(lambda: {"learner_alive": True}))
+
+    class FakeRay:  # refs are the values: every call has finished by the time it returns
+        @staticmethod
+        def wait(refs, num_returns=1, timeout=None):
+            return refs[:num_returns], refs[num_returns:]
+
+        @staticmethod
+        def get(ref, timeout=None):
+            return ref
+
+    monkeypatch.setattr(ray_cluster, "require_ray", lambda: FakeRay)
+    link = ray_cluster.RayLearnerClient(FakeLearner(), source=0, queue_size=64)
+    assert link.send([tr(i) for i in range(64)]) == 64  # a full call: sent at once
+    assert in_call.wait(30)
+    assert link.send([tr(i) for i in range(10)]) == 10  # queued while that call is on its way
+    closer = threading.Thread(target=link.close, name="test-close")
+    closer.start()
+    assert link._stop.wait(30)  # the close has told the sender
+    gate.set()
+    closer.join(30)
+    assert not closer.is_alive()
+    assert got == [64, 10]
+
+
 @pytest.mark.timeout(60)
 def test_reward_input_appends_the_previous_reward_to_what_the_learner_sees(tmp_path):
     """With reward_input the networks' observation is (obs, previous reward): 0 at an episode's
