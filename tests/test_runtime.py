@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import threading
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -695,20 +696,16 @@ def test_a_ray_bot_sends_what_it_queued_before_closing(monkeypatch):
     gate, in_call = threading.Event(), threading.Event()
     got: list[int] = []
 
-    class Method:
-        def __init__(self, fn):
-            self.remote = fn
+    def send(source, data, info, seq):
+        in_call.set()
+        assert gate.wait(30), "the test never let the first call finish"
+        got.append(sum(transitions_in(m) for m in decode_batch(data)))
+        return "ref"
 
-    class FakeLearner:  # the actor's methods, called in the sender's and the puller's threads
-        def _send(self, source, data, info, seq):
-            in_call.set()
-            assert gate.wait(30), "the test never let the first call finish"
-            got.append(sum(transitions_in(m) for m in decode_batch(data)))
-            return "ref"
-
-        send = property(lambda self: Method(self._send))
-        pull = property(lambda self: Method(lambda version: None))
-        status = property(lambda self: Method(lambda: {"learner_alive": True}))
+    # The actor's methods, called in the sender's and the puller's threads.
+    learner = SimpleNamespace(send=SimpleNamespace(remote=send),
+                              pull=SimpleNamespace(remote=lambda version: None),
+                              status=SimpleNamespace(remote=lambda: {"learner_alive": True}))
 
     class FakeRay:  # refs are the values: every call has finished by the time it returns
         @staticmethod
@@ -720,7 +717,7 @@ def test_a_ray_bot_sends_what_it_queued_before_closing(monkeypatch):
             return ref
 
     monkeypatch.setattr(ray_cluster, "require_ray", lambda: FakeRay)
-    link = ray_cluster.RayLearnerClient(FakeLearner(), source=0, queue_size=64)
+    link = ray_cluster.RayLearnerClient(learner, source=0, queue_size=64)
     assert link.send([tr(i) for i in range(64)]) == 64  # a full call: sent at once
     assert in_call.wait(30)
     assert link.send([tr(i) for i in range(10)]) == 10  # queued while that call is on its way
