@@ -16,9 +16,10 @@ driven by a continuous 4-dim action in [-1, 1]:
 ====  =============================================================================
 
 The radar spins on its own at 30 degrees/tick and sees the enemy only inside a 40-degree
-arc, so the enemy is seen for a tick or two, then lost for ~10: where it went must be
-remembered.  Bullets fly at 20 - 3 * power units/tick, deal 4 * power (+ 2 * (power - 1)
-above power 1) damage and return 3 * power energy to the shooter (Robocode's rules).
+arc (``radar_arc``, in degrees; 360 sees it every tick), so the enemy is seen for a tick or
+two, then lost for ~10: where it went must be remembered.  Bullets fly at 20 - 3 * power
+units/tick, deal 4 * power (+ 2 * (power - 1) above power 1) damage and return 3 * power
+energy to the shooter (Robocode's rules).
 Firing costs its power in energy; the gun heats by 1 + power / 5 and cools 0.1 per tick.
 A tank that hits a wall stops and takes max(|v| / 2 - 1, 0) damage; colliding tanks stop
 and take 0.6 each.  Each tank starts with 100 energy and dies at 0.
@@ -202,7 +203,7 @@ class TankDuel(gym.Env):
 
     def __init__(self, opponents=("sitting_duck", "spinner", "walker", "tracker"), schedule: str = "cycle",
                  max_ticks: int = 600, render_mode: str | None = None, gun_control: str = "turn",
-                 observation: str = "full"):
+                 observation: str = "full", radar_arc: float = 40.0):
         if isinstance(opponents, str):
             opponents = (opponents,)
         unknown = [o for o in opponents if o not in OPPONENTS]
@@ -220,6 +221,14 @@ class TankDuel(gym.Env):
             raise ValueError("observation='radar' needs gun_control='turn': the aim mode steers by the "
                              "env's memory of the last sighting")
         self.gun_control, self.observation = gun_control, observation
+        # The radar's arc width in degrees; 360 sees the enemy every tick.  Not part of any
+        # registered duel: it exists for curricula (start wide, narrow it as the aim is learnt)
+        # and for measuring how learning depends on how often the enemy is seen.
+        if isinstance(radar_arc, bool) or not isinstance(radar_arc, (int, float)) \
+                or not 0.0 < float(radar_arc) <= 360.0:
+            raise ValueError(f"radar_arc must be a number of degrees in (0, 360], got {radar_arc!r}")
+        self.radar_arc = float(radar_arc)
+        self._radar_half_arc = math.radians(self.radar_arc) / 2
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.opponents, self.schedule, self.max_ticks = tuple(opponents), schedule, int(max_ticks)
@@ -378,7 +387,7 @@ class TankDuel(gym.Env):
 
     def in_radar_arc(self) -> bool:
         me, en = self.me, self.enemy
-        return abs(_wrap(_bearing(me, en.x, en.y) - me.radar)) <= RADAR_HALF_ARC
+        return abs(_wrap(_bearing(me, en.x, en.y) - me.radar)) <= self._radar_half_arc
 
     def _see(self) -> None:
         if self.in_radar_arc():

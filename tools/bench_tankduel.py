@@ -110,7 +110,8 @@ def evaluate_run(name: str, wdir: str, a) -> list[dict]:
     for k, (_, path) in enumerate(steps):
         for kind in ("int8", "fp32", "fp32-noclip") if a.fp32 and k == len(steps) - 1 else ("int8",):
             act, cfg = actor_fn(path, kind)
-            env = gym.make(cfg["env"], **json.loads(cfg.get("env_kwargs") or "{}"))
+            kwargs = {**json.loads(cfg.get("env_kwargs") or "{}"), **a.eval_env_kwargs}
+            env = gym.make(cfg["env"], **kwargs)
             if cfg.get("reward_input"):
                 from tools.bench_learning import with_reward_input
 
@@ -118,11 +119,22 @@ def evaluate_run(name: str, wdir: str, a) -> list[dict]:
             r = play(env, act, a.episodes)
             man = ck.read_checkpoint(path, entries=("actor",))["manifest"]
             r.update(run=name, env_steps=int(man["env_steps"]), grad_steps=int(man["step"]),
-                     env_kwargs=cfg.get("env_kwargs"), memoryless=bool(cfg.get("memoryless")),
+                     env_kwargs=json.dumps(kwargs), memoryless=bool(cfg.get("memoryless")),
                      actor=kind)
             print(json.dumps(r), flush=True)
             curve.append(r)
     return curve
+
+
+def json_object(text: str) -> dict:
+    """argparse type: a JSON object, or a clear error."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"wants a JSON object like '{{\"radar_arc\": 40}}', got {text!r}")
+    return value
 
 
 def main() -> int:
@@ -133,6 +145,9 @@ def main() -> int:
                    help="also evaluate a uniform-random policy against these opponents")
     p.add_argument("--episodes", type=int, default=20)
     p.add_argument("--fp32", action="store_true", help="also evaluate each run's last checkpoint's fp32 actor")
+    p.add_argument("--eval-env-kwargs", type=json_object, default={}, metavar="JSON",
+                   help="env kwargs laid over each checkpoint's own when evaluating it, e.g. "
+                   "'{\"radar_arc\": 40}' for a run trained with a wider radar")
     p.add_argument("--train", action="store_true", help="train sacbot and the memoryless control first")
     p.add_argument("--env", default=None, help="the duel --train trains in (default sacbot/TankDuelRadar-v0) "
                    "and --random plays (default sacbot/TankDuel-v0)")
