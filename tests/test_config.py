@@ -190,3 +190,18 @@ def test_help_names_the_originals_alias_beside_sacbots_variable():
     add_arguments(p)
     text = " ".join(p.format_help().split())
     assert "env SACBOT_EVAL_MODE or SACLSTM_EVAL_MODE;" in text and "env SACBOT_HIDDEN;" in text
+
+
+def test_a_no_flag_negates_to_its_plain_name_and_undoes_a_toml_setting(tmp_path):
+    import argparse
+
+    from sacbot.config import add_arguments, from_args
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    assert "--no-no-" not in p.format_help()
+    path = toml(tmp_path, "no_fresh_start = true\n")
+    assert from_args(p.parse_args([]), {"SACBOT_CONFIG": path}).no_fresh_start
+    assert not from_args(p.parse_args(["--fresh-start"]), {"SACBOT_CONFIG": path}).no_fresh_start
+    assert from_args(p.parse_args(["--no-fresh-start"]), {}).no_fresh_start
+    assert from_args(p.parse_args(["--no-save-replay"]), {}).save_replay is False
