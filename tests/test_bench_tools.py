@@ -4,6 +4,7 @@ are in BENCHMARKS.md; these check that what the tools print is what they measure
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +69,28 @@ def test_bench_capacity_refuses_bad_arguments_before_measuring(args, says):
     p = subprocess.run([sys.executable, str(TOOLS / "bench_capacity.py"), *args], capture_output=True, text=True,
                        timeout=50)
     assert p.returncode == 2 and says in p.stderr, p.stderr
+
+
+def test_the_radar_gun_probe_splits_ticks_by_sight():
+    import numpy as np
+
+    probe = load_tool("probe_radar_gun")
+    seen = np.array([True, False, False, True, False])
+    turn = np.array([0.5, -0.2, 0.0, -1.0, 0.4])
+    before = np.array([40.0, 30.0, 31.0, 31.0, 20.0])
+    after = np.array([30.0, 31.0, 31.0, 20.0, 28.0])
+    r = probe.split_by_sight(seen, turn, before, after)
+    assert r["seen"] == {"ticks": 2, "mean_abs_gun_turn": 0.75, "gun_error_change_deg": -10.5}
+    assert r["unseen"] == {"ticks": 3, "mean_abs_gun_turn": 0.2, "gun_error_change_deg": 3.0}
+    assert probe.split_by_sight(seen[:1], turn[:1], before[:1], after[:1])["unseen"]["mean_abs_gun_turn"] is None
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--runs", "x=/nonexistent.zip"], "--runs wants NAME=CHECKPOINT with an existing file"),
+    (["--runs", "x=/dev/null", "--arc", "0"], r"--arc wants degrees in \(0, 360\]"),
+    (["--runs", "x=/dev/null", "--env-kwargs", "[1]"], "wants a JSON object"),
+])
+def test_the_radar_gun_probe_refuses_bad_arguments_by_name(args, says):
+    p = subprocess.run([sys.executable, str(TOOLS / "probe_radar_gun.py"), *args], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2 and re.search(says, p.stderr), p.stderr

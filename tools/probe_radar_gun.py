@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""What a TankDuel actor does with its gun on ticks it sees the enemy, and on ticks it does not.
+
+Issue 15's radar duel is not learnt.  A memoryless hand-written policy wins it by holding the
+gun still between sightings (tools/bench_radar_bounds.py); this tool asks whether a learnt actor
+does.  It plays each checkpoint's int8 actor deterministically (as tools/bench_tankduel.py, same
+episode seeds) in the radar duel at ``--arc`` degrees, and splits the ticks by whether the
+enemy was in the observation.  Per group: the mean |gun turn| (action 2, where 1 is 20
+degrees a tick) and the mean change of the gun's true bearing error to the enemy over the tick,
+in degrees (negative: the tick brought the gun closer)::
+
+    python tools/probe_radar_gun.py --runs r120=/tmp/w/sac_latest.zip --arc 120 --episodes 5
+
+One JSON line per checkpoint; the last line holds them all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import gymnasium as gym
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from sacbot.envs.tank_duel import _bearing, _wrap  # noqa: E402
+from tools.bench_tankduel import SEED0, actor_fn, json_object  # noqa: E402
+
+
+def gun_error_deg(env) -> float:
+    """|bearing from our gun to the enemy| in degrees, from the simulation (not the observation)."""
+    me, en = env.me, env.enemy
+    return abs(math.degrees(_wrap(_bearing(me, en.x, en.y) - me.gun)))
+
+
+def split_by_sight(seen: np.ndarray, gun_turn: np.ndarray, err_before: np.ndarray,
+                   err_after: np.ndarray) -> dict:
+    """Per group of ticks (enemy in the observation or not): tick count, mean |gun turn| and the
+    mean change of the gun's bearing error over the tick; None for an empty group."""
+    out = {}
+    for name, m in (("seen", seen), ("unseen", ~seen)):
+        n = int(m.sum())
+        out[name] = {"ticks": n,
+                     "mean_abs_gun_turn": round(float(np.abs(gun_turn[m]).mean()), 3) if n else None,
+                     "gun_error_change_deg": round(float((err_after[m] - err_before[m]).mean()), 2) if n else None}
+    return out
+
+
+def probe(path: str, arc: float, episodes: int, env_kwargs: dict) -> dict:
+    act, cfg = actor_fn(path, "int8")
+    if cfg["env"] != "sacbot/TankDuelRadar-v0":
+        raise SystemExit(f"{path}: trained on {cfg['env']}, not sacbot/TankDuelRadar-v0 (the probe reads the "
+                         "radar observation's 'seen' field, index 11)")
+    kwargs = {**json.loads(cfg.get("env_kwargs") or "{}"), **env_kwargs, "radar_arc": arc}
+    env = gym.make(cfg["env"], **kwargs)
+    seen, turn, before, after, wins = [], [], [], [], 0
+    for k in range(episodes):
+        obs, _ = env.reset(seed=SEED0 + k)
+        state, done, info = None, False, {}
+        while not done:
+            before.append(gun_error_deg(env.unwrapped))
+            seen.append(bool(obs[11] > 0.5))
+            a, state = act(obs, state)
+            turn.append(float(a[2]))
+            obs, _, term, trunc, info = env.step(a)
+            after.append(gun_error_deg(env.unwrapped))
+            done = term or trunc
+        wins += bool(info["won"])
+    r = split_by_sight(np.array(seen), np.array(turn), np.array(before), np.array(after))
+    r.update(checkpoint=path, env_kwargs=kwargs, episodes=episodes, won=wins / episodes)
+    return r
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", nargs="+", required=True, metavar="NAME=CHECKPOINT",
+                   help="checkpoint files (sac_latest.zip or sac_step_<N>.zip) of radar-duel runs")
+    p.add_argument("--arc", type=float, default=40.0, help="radar arc in degrees to play at (default 40)")
+    p.add_argument("--episodes", type=int, default=5)
+    p.add_argument("--env-kwargs", type=json_object, default={}, metavar="JSON",
+                   help="more env kwargs laid over each checkpoint's own")
+    a = p.parse_args()
+    if not 0 < a.arc <= 360:
+        p.error(f"--arc wants degrees in (0, 360], got {a.arc}")
+    if a.episodes < 1:
+        p.error(f"--episodes wants at least 1, got {a.episodes}")
+    out = {"probe": "radar_gun", "arc": a.arc, "runs": {}}
+    for spec in a.runs:
+        name, sep, path = spec.partition("=")
+        if not sep or not os.path.isfile(path):
+            p.error(f"--runs wants NAME=CHECKPOINT with an existing file, got {spec!r}")
+        r = probe(path, a.arc, a.episodes, a.env_kwargs)
+        print(json.dumps({"run": name, **r}), flush=True)
+        out["runs"][name] = r
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
