@@ -98,6 +98,7 @@ is set at reset so the runtime can send NewEpisode(opponent).
 from __future__ import annotations
 
 import math
+import numbers
 
 import gymnasium as gym
 import numpy as np
@@ -106,7 +107,8 @@ W, H = 800.0, 600.0
 RADIUS = 18.0
 MAX_SPEED = 8.0
 RADAR_RATE = math.radians(30.0)
-RADAR_HALF_ARC = math.radians(20.0)
+RADAR_ARC_DEG = 40.0  # the default radar_arc
+RADAR_HALF_ARC = math.radians(RADAR_ARC_DEG / 2)
 GUN_RATE = math.radians(20.0)
 AIM_OFFSET = math.radians(30.0)
 OBS_DIM = 37
@@ -203,7 +205,7 @@ class TankDuel(gym.Env):
 
     def __init__(self, opponents=("sitting_duck", "spinner", "walker", "tracker"), schedule: str = "cycle",
                  max_ticks: int = 600, render_mode: str | None = None, gun_control: str = "turn",
-                 observation: str = "full", radar_arc: float = 40.0):
+                 observation: str = "full", radar_arc: float = RADAR_ARC_DEG):
         if isinstance(opponents, str):
             opponents = (opponents,)
         unknown = [o for o in opponents if o not in OPPONENTS]
@@ -224,11 +226,11 @@ class TankDuel(gym.Env):
         # The radar's arc width in degrees; 360 sees the enemy every tick.  Not part of any
         # registered duel: it exists for curricula (start wide, narrow it as the aim is learnt)
         # and for measuring how learning depends on how often the enemy is seen.
-        if isinstance(radar_arc, bool) or not isinstance(radar_arc, (int, float)) \
+        if isinstance(radar_arc, bool) or not isinstance(radar_arc, numbers.Real) \
                 or not 0.0 < float(radar_arc) <= 360.0:
             raise ValueError(f"radar_arc must be a number of degrees in (0, 360], got {radar_arc!r}")
         self.radar_arc = float(radar_arc)
-        self._radar_half_arc = math.radians(self.radar_arc) / 2
+        self.radar_half_arc = math.radians(self.radar_arc) / 2
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.opponents, self.schedule, self.max_ticks = tuple(opponents), schedule, int(max_ticks)
@@ -387,7 +389,7 @@ class TankDuel(gym.Env):
 
     def in_radar_arc(self) -> bool:
         me, en = self.me, self.enemy
-        return abs(_wrap(_bearing(me, en.x, en.y) - me.radar)) <= self._radar_half_arc
+        return abs(_wrap(_bearing(me, en.x, en.y) - me.radar)) <= self.radar_half_arc
 
     def _see(self) -> None:
         if self.in_radar_arc():

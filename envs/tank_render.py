@@ -37,7 +37,7 @@ def draw(env) -> np.ndarray:
     img[:] = COLORS["bg"]
     me, en = env.me, env.enemy
     for k in (-1, 1):  # the radar arc's edges
-        _line(img, me.x, me.y, me.radar + k * math.radians(20), 160, COLORS["radar"])
+        _line(img, me.x, me.y, me.radar + k * env.radar_half_arc, 160, COLORS["radar"])
     for tank, c in ((me, COLORS["me"]), (en, COLORS["enemy"])):
         _disc(img, tank.x, tank.y, RADIUS, c)
         _line(img, tank.x, tank.y, tank.gun, RADIUS * 1.8, COLORS["gun"], steps=8)

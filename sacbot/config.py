@@ -434,13 +434,14 @@ def add_arguments(parser, groups: tuple[str, ...] = ("run", "learner", "runtime"
                 continue
             alias = "".join(f" or {k}" for k, v in ALIASES.items() if v == f.name)
             help_ = f"{f.metadata['doc']} (env {env_name(f.name)}{alias}; default {f.default!r})"
-            if str(f.type) == "bool" and f.name.startswith("no_"):
+            if str(f.type) == "bool" and flag_name(f).startswith("--no-"):
                 # --no-fresh-start / --fresh-start: argparse's own negation would read
                 # --no-no-fresh-start.
-                grp.add_argument(flag_name(f), dest=f.name, default=None, action="store_const",
-                                 const=True, help=help_)
-                grp.add_argument("--" + f.name[3:].replace("_", "-"), dest=f.name, action="store_const",
-                                 const=False, help=f"undo {flag_name(f)} set in a TOML file or env var")
+                pair = grp.add_mutually_exclusive_group()
+                pair.add_argument(flag_name(f), dest=f.name, default=None, action="store_const",
+                                  const=True, help=help_)
+                pair.add_argument("--" + flag_name(f)[5:], dest=f.name, action="store_const", const=False,
+                                  help=f"undo {flag_name(f)} set in a TOML file or {env_name(f.name)}")
             elif str(f.type) == "bool":  # --quiet / --no-quiet; None keeps lower sources
                 grp.add_argument(flag_name(f), dest=f.name, default=None,
                                  action=argparse.BooleanOptionalAction, help=help_)

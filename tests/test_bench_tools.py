@@ -94,3 +94,24 @@ def test_the_radar_gun_probe_refuses_bad_arguments_by_name(args, says):
     p = subprocess.run([sys.executable, str(TOOLS / "probe_radar_gun.py"), *args], capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 2 and re.search(says, p.stderr), p.stderr
+
+
+@pytest.mark.timeout(120)
+def test_the_radar_gun_probe_plays_a_checkpoint_at_the_arc_asked(tmp_path):
+    w = tmp_path / "w"
+    subprocess.run([sys.executable, "-m", "sacbot", "run", "--env", "sacbot/TankDuelRadar-v0", "--env-kwargs",
+                    '{"max_ticks": 24}', "--pace", "lockstep", "--steps", "30", "--hidden", "8", "--batch-size", "2",
+                    "--seq-len", "4", "--learning-starts", "4", "--calib-updates", "2", "--burn-in", "0",
+                    "--weights-path", str(w), "--run-dir", str(tmp_path / "run"), "--quiet"],
+                   check=True, capture_output=True, timeout=100)
+    ckpt = str(w / "sac_latest.zip")
+    out = {}
+    for arc in (360, 40):
+        p = subprocess.run([sys.executable, str(TOOLS / "probe_radar_gun.py"), "--runs", f"r={ckpt}", "--arc",
+                            str(arc), "--episodes", "2"], capture_output=True, text=True, timeout=100)
+        assert p.returncode == 0, p.stderr
+        out[arc] = json.loads(p.stdout.strip().splitlines()[-1])["runs"]["r"]
+        assert out[arc]["seen"]["ticks"] + out[arc]["unseen"]["ticks"] == 2 * 24  # every tick of 2 episodes
+        assert out[arc]["train_env_kwargs"] == '{"max_ticks": 24}'
+    assert out[360]["unseen"]["ticks"] == 0  # 360 degrees sees the enemy every tick ...
+    assert out[40]["seen"]["ticks"] <= 2 * 6  # ... 40 degrees one or two ticks in twelve

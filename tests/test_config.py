@@ -203,5 +203,7 @@ def test_a_no_flag_negates_to_its_plain_name_and_undoes_a_toml_setting(tmp_path)
     path = toml(tmp_path, "no_fresh_start = true\n")
     assert from_args(p.parse_args([]), {"SACBOT_CONFIG": path}).no_fresh_start
     assert not from_args(p.parse_args(["--fresh-start"]), {"SACBOT_CONFIG": path}).no_fresh_start
+    assert from_args(p.parse_args([]), {"SACBOT_NO_FRESH_START": "1"}).no_fresh_start
+    assert not from_args(p.parse_args(["--fresh-start"]), {"SACBOT_NO_FRESH_START": "1"}).no_fresh_start
     assert from_args(p.parse_args(["--no-fresh-start"]), {}).no_fresh_start
     assert from_args(p.parse_args(["--no-save-replay"]), {}).save_replay is False

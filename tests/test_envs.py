@@ -147,7 +147,7 @@ def test_radar_sees_only_inside_its_arc():
     assert obs[22] == 1.0 and obs[21] > -1.0  # remembered between sightings, with its age
 
 
-@pytest.mark.parametrize("arc, expected", [(360.0, 24), (120.0, (6, 10)), (40.0, (2, 4))])
+@pytest.mark.parametrize("arc, expected", [(360.0, 24), (np.float32(120.0), (6, 10)), (40, (2, 4))])
 def test_the_radar_arc_sets_how_often_the_enemy_is_seen(arc, expected):
     env = TankDuel(opponents="sitting_duck", observation="radar", radar_arc=arc)
     env.reset(seed=0)
@@ -157,7 +157,7 @@ def test_the_radar_arc_sets_how_often_the_enemy_is_seen(arc, expected):
     assert lo <= sum(seen) <= hi
 
 
-@pytest.mark.parametrize("arc", [0, -10, 360.5, "wide", True, float("nan")])
+@pytest.mark.parametrize("arc", [0, -10, 360.5, "wide", True, float("nan"), np.float32(400)])
 def test_a_radar_arc_outside_0_to_360_degrees_is_refused_by_name(arc):
     with pytest.raises(ValueError, match=r"radar_arc must be a number of degrees in \(0, 360\]"):
         TankDuel(radar_arc=arc)

@@ -46,7 +46,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import sacbot.envs  # noqa: E402,F401 - registers the duels
-from sacbot.envs.tank_duel import GUN_RATE, MAX_SPEED, RADAR_HALF_ARC, RADAR_RATE, RADIUS, H, W, _wrap  # noqa: E402
+from sacbot.envs.tank_duel import GUN_RATE, MAX_SPEED, RADAR_ARC_DEG, RADAR_HALF_ARC, RADAR_RATE, RADIUS, H, W, _wrap  # noqa: E402
 from tools.bench_tankduel import SEED0  # noqa: E402 - the same episodes as the learners' evals
 
 BULLET_SPEED = 20.0 - 3.0 * 3.0  # power 3, the scripted policies' shot
@@ -235,6 +235,11 @@ def main() -> int:
         p.error(f"--env-kwargs {a.env_kwargs!r}: expected a JSON object ({e})")
     if a.episodes < 1:
         p.error(f"--episodes must be at least 1, got {a.episodes}")
+    if kwargs.get("radar_arc", RADAR_ARC_DEG) != RADAR_ARC_DEG:
+        # memoryless_heat encodes a bearing within the default arc, and the clock policies
+        # assume its sightings; at another arc they would be quietly wrong.
+        p.error(f"the scripted policies assume the default {RADAR_ARC_DEG:g} degree radar arc; "
+                f"got radar_arc {kwargs['radar_arc']!r}")
     out: dict = {"bench": "radar_bounds", "env": a.env, "env_kwargs": kwargs, "results": {}}
     for opp in a.opponents:
         try:

@@ -12,7 +12,9 @@ tanh of the mean, in numpy), on the same episode seeds, with a uniform-random po
     python tools/bench_tankduel.py --runs lstm=/tmp/td/spinner/w --episodes 20 --random spinner
 
 The env, its kwargs and ``memoryless`` come from each checkpoint's manifest, so a run is
-evaluated in the duel it trained on.  One JSON line per point; the last line is the summary.
+evaluated in the duel it trained on; ``--eval-env-kwargs`` lays kwargs over those (and over the
+random policy's), e.g. to play a run trained with a wide radar at the registered arc.  One JSON
+line per point; the last line is the summary.
 
 ``--train`` runs the training first, one lockstep run at a time, for sacbot and its memoryless
 control against each opponent (issue 15: the radar duel, which leaves memory to the player)::
@@ -82,6 +84,17 @@ def actor_fn(path: str, kind: str = "int8"):
     return act, cfg
 
 
+def eval_env(cfg: dict, overrides: dict) -> gym.Env:
+    """The env a checkpoint trained in (its id and kwargs, with the previous reward appended to
+    the observation where it trained so), with ``overrides`` laid over its kwargs."""
+    env = gym.make(cfg["env"], **{**json.loads(cfg.get("env_kwargs") or "{}"), **overrides})
+    if cfg.get("reward_input"):
+        from tools.bench_learning import with_reward_input
+
+        env = with_reward_input(env)
+    return env
+
+
 def random_fn(seed: int):
     rng = np.random.default_rng(seed)
     return lambda obs, state: (rng.uniform(-1, 1, 4).astype(np.float32), None)
@@ -110,17 +123,12 @@ def evaluate_run(name: str, wdir: str, a) -> list[dict]:
     for k, (_, path) in enumerate(steps):
         for kind in ("int8", "fp32", "fp32-noclip") if a.fp32 and k == len(steps) - 1 else ("int8",):
             act, cfg = actor_fn(path, kind)
-            kwargs = {**json.loads(cfg.get("env_kwargs") or "{}"), **a.eval_env_kwargs}
-            env = gym.make(cfg["env"], **kwargs)
-            if cfg.get("reward_input"):
-                from tools.bench_learning import with_reward_input
-
-                env = with_reward_input(env)
+            env = eval_env(cfg, a.eval_env_kwargs)
             r = play(env, act, a.episodes)
             man = ck.read_checkpoint(path, entries=("actor",))["manifest"]
             r.update(run=name, env_steps=int(man["env_steps"]), grad_steps=int(man["step"]),
-                     env_kwargs=json.dumps(kwargs), memoryless=bool(cfg.get("memoryless")),
-                     actor=kind)
+                     env_kwargs=cfg.get("env_kwargs"), eval_env_kwargs=a.eval_env_kwargs or None,
+                     memoryless=bool(cfg.get("memoryless")), actor=kind)
             print(json.dumps(r), flush=True)
             curve.append(r)
     return curve
@@ -159,6 +167,11 @@ def main() -> int:
     out: dict = {"bench": "tankduel", "episodes": a.episodes, "curves": {}, "random": {}}
     random_env = a.env or "sacbot/TankDuel-v0"
     a.env = a.env or "sacbot/TankDuelRadar-v0"
+    if a.eval_env_kwargs:  # a typo fails here, not after the training or the first runs
+        try:
+            gym.make(a.env, **a.eval_env_kwargs).close()
+        except (TypeError, ValueError) as e:
+            p.error(f"--eval-env-kwargs {json.dumps(a.eval_env_kwargs)} does not make {a.env}: {e}")
     runs = list(a.runs) + (train(a) if a.train else [])
     for spec in runs:
         name, sep, wdir = spec.partition("=")
@@ -168,7 +181,7 @@ def main() -> int:
             p.error(f"{wdir}: no sac_step_<N>.zip files (train with --keep-last large enough)")
         out["curves"][name] = evaluate_run(name, wdir, a)
     for opp in a.random:
-        env = gym.make(random_env, opponents=[opp])
+        env = gym.make(random_env, **{**a.eval_env_kwargs, "opponents": [opp]})
         r = play(env, random_fn(0), a.episodes)
         r.update(run="random", opponent=opp)
         print(json.dumps(r), flush=True)

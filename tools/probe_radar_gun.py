@@ -3,8 +3,8 @@
 
 Issue 15's radar duel is not learnt.  A memoryless hand-written policy wins it by holding the
 gun still between sightings (tools/bench_radar_bounds.py); this tool asks whether a learnt actor
-does.  It plays each checkpoint's int8 actor deterministically (as tools/bench_tankduel.py, same
-episode seeds) in the radar duel at ``--arc`` degrees, and splits the ticks by whether the
+does.  It plays each checkpoint's int8 actor deterministically (as tools/bench_tankduel.py: the same
+episode seeds, the env the run trained in) in the radar duel at ``--arc`` degrees, and splits the ticks by whether the
 enemy was in the observation.  Per group: the mean |gun turn| (action 2, where 1 is 20
 degrees a tick) and the mean change of the gun's true bearing error to the enemy over the tick,
 in degrees (negative: the tick brought the gun closer)::
@@ -22,13 +22,12 @@ import math
 import os
 import sys
 
-import gymnasium as gym
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from sacbot.envs.tank_duel import _bearing, _wrap  # noqa: E402
-from tools.bench_tankduel import SEED0, actor_fn, json_object  # noqa: E402
+from tools.bench_tankduel import SEED0, actor_fn, eval_env, json_object  # noqa: E402
 
 
 def gun_error_deg(env) -> float:
@@ -55,11 +54,10 @@ def probe(path: str, arc: float, episodes: int, env_kwargs: dict) -> dict:
     if cfg["env"] != "sacbot/TankDuelRadar-v0":
         raise SystemExit(f"{path}: trained on {cfg['env']}, not sacbot/TankDuelRadar-v0 (the probe reads the "
                          "radar observation's 'seen' field, index 11)")
-    kwargs = {**json.loads(cfg.get("env_kwargs") or "{}"), **env_kwargs, "radar_arc": arc}
-    env = gym.make(cfg["env"], **kwargs)
+    env = eval_env(cfg, {**env_kwargs, "radar_arc": arc})
     seen, turn, before, after, wins = [], [], [], [], 0
     for k in range(episodes):
-        obs, _ = env.reset(seed=SEED0 + k)
+        obs, _ = env.reset(seed=SEED0 + k, options={"episode_index": k})
         state, done, info = None, False, {}
         while not done:
             before.append(gun_error_deg(env.unwrapped))
@@ -71,7 +69,8 @@ def probe(path: str, arc: float, episodes: int, env_kwargs: dict) -> dict:
             done = term or trunc
         wins += bool(info["won"])
     r = split_by_sight(np.array(seen), np.array(turn), np.array(before), np.array(after))
-    r.update(checkpoint=path, env_kwargs=kwargs, episodes=episodes, won=wins / episodes)
+    r.update(checkpoint=path, train_env_kwargs=cfg.get("env_kwargs"), arc=arc, episodes=episodes,
+             won=wins / episodes)
     return r
 
 
@@ -88,11 +87,14 @@ def main() -> int:
         p.error(f"--arc wants degrees in (0, 360], got {a.arc}")
     if a.episodes < 1:
         p.error(f"--episodes wants at least 1, got {a.episodes}")
-    out = {"probe": "radar_gun", "arc": a.arc, "runs": {}}
-    for spec in a.runs:
-        name, sep, path = spec.partition("=")
+    if "radar_arc" in a.env_kwargs:
+        p.error("give the arc with --arc, not in --env-kwargs")
+    runs = [spec.partition("=") for spec in a.runs]
+    for spec, (_, sep, path) in zip(a.runs, runs):
         if not sep or not os.path.isfile(path):
             p.error(f"--runs wants NAME=CHECKPOINT with an existing file, got {spec!r}")
+    out = {"probe": "radar_gun", "arc": a.arc, "runs": {}}
+    for name, _, path in runs:
         r = probe(path, a.arc, a.episodes, a.env_kwargs)
         print(json.dumps({"run": name, **r}), flush=True)
         out["runs"][name] = r
