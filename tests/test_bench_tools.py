@@ -75,14 +75,20 @@ def test_the_radar_gun_probe_splits_ticks_by_sight():
     import numpy as np
 
     probe = load_tool("probe_radar_gun")
-    seen = np.array([True, False, False, True, False])
-    turn = np.array([0.5, -0.2, 0.0, -1.0, 0.4])
-    before = np.array([40.0, 30.0, 31.0, 31.0, 20.0])
-    after = np.array([30.0, 31.0, 31.0, 20.0, 28.0])
+    seen = np.array([True, False, False, True, False, True])
+    turn = np.array([0.5, -0.2, 0.0, -1.0, 0.4, 0.25])
+    before = np.array([40.0, 30.0, -31.0, -31.0, 20.0, 5.0])  # signed errors
+    after = np.array([30.0, 31.0, -31.0, -20.0, 28.0, 0.0])
     r = probe.split_by_sight(seen, turn, before, after)
-    assert r["seen"] == {"ticks": 2, "mean_abs_gun_turn": 0.75, "gun_error_change_deg": -10.5}
-    assert r["unseen"] == {"ticks": 3, "mean_abs_gun_turn": 0.2, "gun_error_change_deg": 3.0}
-    assert probe.split_by_sight(seen[:1], turn[:1], before[:1], after[:1])["unseen"]["mean_abs_gun_turn"] is None
+    # the seen turns close the error in proportion to it: (0.5, -1, 0.25) against (1, -1, 0.25)
+    assert r["seen"]["ticks"] == 3 and r["seen"]["mean_abs_gun_turn"] == round(1.75 / 3, 3)
+    assert r["seen"]["gun_error_change_deg"] == round((-10 - 11 - 5) / 3, 2)
+    assert r["seen"]["corr_with_closing_turn"] == round(float(np.corrcoef([0.5, -1, 0.25], [1, -1, 0.25])[0, 1]), 3)
+    assert r["seen"]["corr_with_closing_turn"] > 0.9
+    assert r["unseen"] == {"ticks": 3, "mean_abs_gun_turn": 0.2, "gun_error_change_deg": 3.0,
+                           "corr_with_closing_turn": round(float(np.corrcoef([-0.2, 0, 0.4], [1, -1, 1])[0, 1]), 3)}
+    one = probe.split_by_sight(seen[:1], turn[:1], before[:1], after[:1])
+    assert one["unseen"]["mean_abs_gun_turn"] is None and one["seen"]["corr_with_closing_turn"] is None
 
 
 @pytest.mark.parametrize("args, says", [

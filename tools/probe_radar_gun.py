@@ -6,8 +6,9 @@ gun still between sightings (tools/bench_radar_bounds.py); this tool asks whethe
 does.  It plays each checkpoint's int8 actor deterministically (as tools/bench_tankduel.py: the same
 episode seeds, the env the run trained in) in the radar duel at ``--arc`` degrees, and splits the ticks by whether the
 enemy was in the observation.  Per group: the mean |gun turn| (action 2, where 1 is 20
-degrees a tick) and the mean change of the gun's true bearing error to the enemy over the tick,
-in degrees (negative: the tick brought the gun closer)::
+degrees a tick), the mean change of the gun's true bearing error to the enemy over the tick, in
+degrees (negative: the tick brought the gun closer), and how well the turn follows the turn that
+would close the error (a correlation; near 0: the gun turns without regard to where the enemy is)::
 
     python tools/probe_radar_gun.py --runs r120=/tmp/w/sac_latest.zip --arc 120 --episodes 5
 
@@ -31,21 +32,29 @@ from tools.bench_tankduel import SEED0, actor_fn, eval_env, json_object  # noqa:
 
 
 def gun_error_deg(env) -> float:
-    """|bearing from our gun to the enemy| in degrees, from the simulation (not the observation)."""
+    """Signed bearing from our gun to the enemy in degrees, from the simulation (not the
+    observation); a positive gun turn (action 2) reduces a positive error."""
     me, en = env.me, env.enemy
-    return abs(math.degrees(_wrap(_bearing(me, en.x, en.y) - me.gun)))
+    return math.degrees(_wrap(_bearing(me, en.x, en.y) - me.gun))
 
 
 def split_by_sight(seen: np.ndarray, gun_turn: np.ndarray, err_before: np.ndarray,
                    err_after: np.ndarray) -> dict:
-    """Per group of ticks (enemy in the observation or not): tick count, mean |gun turn| and the
-    mean change of the gun's bearing error over the tick; None for an empty group."""
+    """Per group of ticks (enemy in the observation or not), from signed gun errors in degrees:
+    tick count, mean |gun turn|, the mean change of |error| over the tick, and the correlation of
+    the turn with the turn that would close the error (error / 20 degrees, clipped to [-1, 1]);
+    None where a group is empty or the correlation is undefined."""
+    ideal = np.clip(err_before / 20.0, -1.0, 1.0)
+    closer = np.abs(err_after) - np.abs(err_before)
     out = {}
     for name, m in (("seen", seen), ("unseen", ~seen)):
         n = int(m.sum())
-        out[name] = {"ticks": n,
-                     "mean_abs_gun_turn": round(float(np.abs(gun_turn[m]).mean()), 3) if n else None,
-                     "gun_error_change_deg": round(float((err_after[m] - err_before[m]).mean()), 2) if n else None}
+        defined = n > 1 and gun_turn[m].std() > 0 and ideal[m].std() > 0
+        out[name] = {
+            "ticks": n,
+            "mean_abs_gun_turn": round(float(np.abs(gun_turn[m]).mean()), 3) if n else None,
+            "gun_error_change_deg": round(float(closer[m].mean()), 2) if n else None,
+            "corr_with_closing_turn": round(float(np.corrcoef(gun_turn[m], ideal[m])[0, 1]), 3) if defined else None}
     return out
 
 
