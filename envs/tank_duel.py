@@ -223,9 +223,9 @@ class TankDuel(gym.Env):
             raise ValueError("observation='radar' needs gun_control='turn': the aim mode steers by the "
                              "env's memory of the last sighting")
         self.gun_control, self.observation = gun_control, observation
-        # The radar's arc width in degrees; 360 sees the enemy every tick.  Not part of any
-        # registered duel: it exists for curricula (start wide, narrow it as the aim is learnt)
-        # and for measuring how learning depends on how often the enemy is seen.
+        # The radar's arc width in degrees; 360 sees the enemy every tick.  No registered duel
+        # changes it: it exists to measure how learning depends on how often the enemy is seen,
+        # and for curricula that start wide (docs/learner.md, "Session 11").
         if isinstance(radar_arc, bool) or not isinstance(radar_arc, numbers.Real) \
                 or not 0.0 < float(radar_arc) <= 360.0:
             raise ValueError(f"radar_arc must be a number of degrees in (0, 360], got {radar_arc!r}")

@@ -121,3 +121,13 @@ def test_the_radar_gun_probe_plays_a_checkpoint_at_the_arc_asked(tmp_path):
         assert out[arc]["train_env_kwargs"] == '{"max_ticks": 24}'
     assert out[360]["unseen"]["ticks"] == 0  # 360 degrees sees the enemy every tick ...
     assert out[40]["seen"]["ticks"] <= 2 * 6  # ... 40 degrees one or two ticks in twelve
+    # bench_tankduel evaluates the same run at another arc, and refuses a misspelt kwarg up front
+    bench = [sys.executable, str(TOOLS / "bench_tankduel.py"), "--runs", f"r={w}", "--episodes", "1"]
+    p = subprocess.run([*bench, "--eval-env-kwargs", '{"radar_ark": 360}'], capture_output=True, text=True,
+                       timeout=100)
+    assert p.returncode == 2 and "does not make r's env" in p.stderr and "radar_ark" in p.stderr, p.stderr
+    p = subprocess.run([*bench, "--eval-env-kwargs", '{"radar_arc": 360}'], capture_output=True, text=True,
+                       timeout=100)
+    assert p.returncode == 0, p.stderr
+    point = json.loads(p.stdout.strip().splitlines()[-1])["curves"]["r"][-1]
+    assert point["env_kwargs"] == '{"max_ticks": 24}' and point["eval_env_kwargs"] == {"radar_arc": 360}

@@ -167,18 +167,26 @@ def main() -> int:
     out: dict = {"bench": "tankduel", "episodes": a.episodes, "curves": {}, "random": {}}
     random_env = a.env or "sacbot/TankDuel-v0"
     a.env = a.env or "sacbot/TankDuelRadar-v0"
-    if a.eval_env_kwargs:  # a typo fails here, not after the training or the first runs
-        try:
-            gym.make(a.env, **a.eval_env_kwargs).close()
-        except (TypeError, ValueError) as e:
-            p.error(f"--eval-env-kwargs {json.dumps(a.eval_env_kwargs)} does not make {a.env}: {e}")
-    runs = list(a.runs) + (train(a) if a.train else [])
-    for spec in runs:
+
+    def check_eval_env(cfg: dict, what: str) -> None:
+        """A bad --eval-env-kwargs fails here, before any training or evaluation."""
+        if a.eval_env_kwargs:
+            try:
+                eval_env(cfg, a.eval_env_kwargs).close()
+            except (TypeError, ValueError) as e:
+                p.error(f"--eval-env-kwargs {json.dumps(a.eval_env_kwargs)} does not make {what}'s env: {e}")
+
+    for spec in a.runs:
         name, sep, wdir = spec.partition("=")
         if not sep or not os.path.isdir(wdir):
             p.error(f"--runs wants NAME=WEIGHTS_DIR with an existing directory, got {spec!r}")
         if not ck.step_files(wdir):
             p.error(f"{wdir}: no sac_step_<N>.zip files (train with --keep-last large enough)")
+        check_eval_env(actor_fn(ck.step_files(wdir)[0][1])[1], name)
+    if a.train:
+        check_eval_env({"env": a.env}, "--train")
+    for spec in list(a.runs) + (train(a) if a.train else []):
+        name, _, wdir = spec.partition("=")
         out["curves"][name] = evaluate_run(name, wdir, a)
     for opp in a.random:
         env = gym.make(random_env, **{**a.eval_env_kwargs, "opponents": [opp]})

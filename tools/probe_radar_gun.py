@@ -3,9 +3,9 @@
 
 Issue 15's radar duel is not learnt.  A memoryless hand-written policy wins it by holding the
 gun still between sightings (tools/bench_radar_bounds.py); this tool asks whether a learnt actor
-does.  It plays each checkpoint's int8 actor deterministically (as tools/bench_tankduel.py: the same
-episode seeds, the env the run trained in) in the radar duel at ``--arc`` degrees, and splits the ticks by whether the
-enemy was in the observation.  Per group: the mean |gun turn| (action 2, where 1 is 20
+does.  It plays each checkpoint's int8 actor deterministically (as tools/bench_tankduel.py: the
+same episode seeds, the env the run trained in) in the radar duel at ``--arc`` degrees, and splits
+the ticks by whether the enemy was in the observation.  Per group: the mean |gun turn| (action 2, where 1 is 20
 degrees a tick), the mean change of the gun's true bearing error to the enemy over the tick, in
 degrees (negative: the tick brought the gun closer), and how well the turn follows the turn that
 would close the error (a correlation; near 0: the gun turns without regard to where the enemy is)::
