@@ -167,24 +167,22 @@ def main() -> int:
     out: dict = {"bench": "tankduel", "episodes": a.episodes, "curves": {}, "random": {}}
     random_env = a.env or "sacbot/TankDuel-v0"
     a.env = a.env or "sacbot/TankDuelRadar-v0"
+    # A bad --eval-env-kwargs fails here, against each run's own env, before any training.
+    from tools.bench_learning import checkpoint_config
 
-    def check_eval_env(cfg: dict, what: str) -> None:
-        """A bad --eval-env-kwargs fails here, before any training or evaluation."""
-        if a.eval_env_kwargs:
-            try:
-                eval_env(cfg, a.eval_env_kwargs).close()
-            except (TypeError, ValueError) as e:
-                p.error(f"--eval-env-kwargs {json.dumps(a.eval_env_kwargs)} does not make {what}'s env: {e}")
-
+    checks = [({"env": a.env}, "--train")] if a.train else []
     for spec in a.runs:
         name, sep, wdir = spec.partition("=")
         if not sep or not os.path.isdir(wdir):
             p.error(f"--runs wants NAME=WEIGHTS_DIR with an existing directory, got {spec!r}")
         if not ck.step_files(wdir):
             p.error(f"{wdir}: no sac_step_<N>.zip files (train with --keep-last large enough)")
-        check_eval_env(actor_fn(ck.step_files(wdir)[0][1])[1], name)
-    if a.train:
-        check_eval_env({"env": a.env}, "--train")
+        checks.append((checkpoint_config(ck.step_files(wdir)[0][1]), name))
+    for cfg, what in checks if a.eval_env_kwargs else ():
+        try:
+            eval_env(cfg, a.eval_env_kwargs).close()
+        except (TypeError, ValueError) as e:
+            p.error(f"--eval-env-kwargs {json.dumps(a.eval_env_kwargs)} does not make {what}'s env: {e}")
     for spec in list(a.runs) + (train(a) if a.train else []):
         name, _, wdir = spec.partition("=")
         out["curves"][name] = evaluate_run(name, wdir, a)
