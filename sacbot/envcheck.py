@@ -18,19 +18,27 @@ from .config import Config, ConfigError
 
 
 def check_env(cfg: Config) -> None:
-    """Make ``cfg.env`` with ``cfg.env_kwargs``, reset it and step it once with a sampled action."""
+    """Make ``cfg.env`` with ``cfg.env_kwargs``, check its spaces, reset it and step it once with a
+    sampled action."""
     from . import envs  # noqa: F401 - registers sacbot's envs (the repo's envs/, installed as sacbot.envs)
+    from .agent import AgentError, space_dims
 
     kwargs = cfg.env_kwargs_dict()
     stage = "make"
     env = None
     try:
         env = gym.make(cfg.env, **kwargs)
+        try:  # a Discrete action space is the user's choice of env, not a crash: exit 2 like the rest
+            space_dims(env.observation_space, env.action_space)
+        except AgentError as e:
+            raise ConfigError(f"env = {cfg.env!r}: {e}") from None
         stage = "reset"
         env.reset(seed=cfg.seed)
         stage = "step"
         env.action_space.seed(cfg.seed)
         env.step(env.action_space.sample())
+    except ConfigError:
+        raise
     except Exception as e:  # noqa: BLE001 - any failure of a user's env is a bad setting here
         raise ConfigError(f"env = {cfg.env!r} with env_kwargs = {json.dumps(kwargs)} fails at {stage}: "
                           f"{type(e).__name__}: {e}") from None
