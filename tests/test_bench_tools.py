@@ -79,15 +79,17 @@ def test_the_radar_gun_probe_splits_ticks_by_sight():
     turn = np.array([0.5, -0.2, 0.0, -1.0, 0.4, 0.25])
     before = np.array([40.0, 30.0, -31.0, -31.0, 20.0, 5.0])  # signed errors
     after = np.array([30.0, 31.0, -31.0, -20.0, 28.0, 0.0])
-    r = probe.split_by_sight(seen, turn, before, after)
+    std = np.array([0.1, 0.3, 0.2, 0.1, 0.4, 0.4])
+    r = probe.split_by_sight(seen, turn, before, after, std)
     # the seen turns close the error in proportion to it: (0.5, -1, 0.25) against (1, -1, 0.25)
     assert r["seen"]["ticks"] == 3 and r["seen"]["mean_abs_gun_turn"] == round(1.75 / 3, 3)
     assert r["seen"]["gun_error_change_deg"] == round((-10 - 11 - 5) / 3, 2)
     assert r["seen"]["corr_with_closing_turn"] == round(float(np.corrcoef([0.5, -1, 0.25], [1, -1, 0.25])[0, 1]), 3)
-    assert r["seen"]["corr_with_closing_turn"] > 0.9
+    assert r["seen"]["corr_with_closing_turn"] > 0.9 and r["seen"]["gun_noise_std"] == 0.2
     assert r["unseen"] == {"ticks": 3, "mean_abs_gun_turn": 0.2, "gun_error_change_deg": 3.0,
-                           "corr_with_closing_turn": round(float(np.corrcoef([-0.2, 0, 0.4], [1, -1, 1])[0, 1]), 3)}
-    one = probe.split_by_sight(seen[:1], turn[:1], before[:1], after[:1])
+                           "corr_with_closing_turn": round(float(np.corrcoef([-0.2, 0, 0.4], [1, -1, 1])[0, 1]), 3),
+                           "gun_noise_std": 0.3}
+    one = probe.split_by_sight(seen[:1], turn[:1], before[:1], after[:1], std[:1])
     assert one["unseen"]["mean_abs_gun_turn"] is None and one["seen"]["corr_with_closing_turn"] is None
 
 
@@ -121,6 +123,8 @@ def test_the_radar_gun_probe_plays_a_checkpoint_at_the_arc_asked(tmp_path):
         assert out[arc]["train_env_kwargs"] == '{"max_ticks": 24}'
     assert out[360]["unseen"]["ticks"] == 0  # 360 degrees sees the enemy every tick ...
     assert out[40]["seen"]["ticks"] <= 2 * 6  # ... 40 degrees one or two ticks in twelve
+    # the std is the actor's own, as its training noise: within the head's soft clamp, exp([-5, 2])
+    assert all(0.0067 < out[40][g]["gun_noise_std"] < 7.39 for g in ("seen", "unseen"))
     # bench_tankduel evaluates the same run at another arc, and refuses a misspelt kwarg up front
     bench = [sys.executable, str(TOOLS / "bench_tankduel.py"), "--runs", f"r={w}", "--episodes", "1"]
     p = subprocess.run([*bench, "--eval-env-kwargs", '{"radar_ark": 360}'], capture_output=True, text=True,

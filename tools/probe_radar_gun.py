@@ -8,7 +8,10 @@ same episode seeds, the env the run trained in) in the radar duel at ``--arc`` d
 the ticks by whether the enemy was in the observation.  Per group: the mean |gun turn| (action 2, where 1 is 20
 degrees a tick), the mean change of the gun's true bearing error to the enemy over the tick, in
 degrees (negative: the tick brought the gun closer), and how well the turn follows the turn that
-would close the error (a correlation; near 0: the gun turns without regard to where the enemy is)::
+would close the error (a correlation; near 0: the gun turns without regard to where the enemy is),
+and the std of the gun turn's Gaussian before the tanh, which is the noise the same actor adds to
+its gun in training (0.1 is about 2 degrees a tick; the target is about 2.6 degrees wide at 400
+units)::
 
     python tools/probe_radar_gun.py --runs r120=/tmp/w/sac_latest.zip --arc 120 --episodes 5
 
@@ -27,8 +30,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from sacbot import checkpoint as ck  # noqa: E402
+from sacbot import policy  # noqa: E402
 from sacbot.envs.tank_duel import _bearing, _wrap  # noqa: E402
-from tools.bench_tankduel import SEED0, actor_fn, eval_env, json_object  # noqa: E402
+from tools.bench_learning import checkpoint_config  # noqa: E402
+from tools.bench_tankduel import SEED0, eval_env, json_object  # noqa: E402
 
 
 def gun_error_deg(env) -> float:
@@ -39,11 +45,12 @@ def gun_error_deg(env) -> float:
 
 
 def split_by_sight(seen: np.ndarray, gun_turn: np.ndarray, err_before: np.ndarray,
-                   err_after: np.ndarray) -> dict:
+                   err_after: np.ndarray, gun_std: np.ndarray) -> dict:
     """Per group of ticks (enemy in the observation or not), from signed gun errors in degrees:
-    tick count, mean |gun turn|, the mean change of |error| over the tick, and the correlation of
-    the turn with the turn that would close the error (error / 20 degrees, clipped to [-1, 1]);
-    None where a group is empty or the correlation is undefined."""
+    tick count, mean |gun turn|, the mean change of |error| over the tick, the correlation of
+    the turn with the turn that would close the error (error / 20 degrees, clipped to [-1, 1]),
+    and the mean std of the gun turn's training noise; None where a group is empty or the
+    correlation is undefined."""
     ideal = np.clip(err_before / 20.0, -1.0, 1.0)
     closer = np.abs(err_after) - np.abs(err_before)
     out = {}
@@ -54,30 +61,37 @@ def split_by_sight(seen: np.ndarray, gun_turn: np.ndarray, err_before: np.ndarra
             "ticks": n,
             "mean_abs_gun_turn": round(float(np.abs(gun_turn[m]).mean()), 3) if n else None,
             "gun_error_change_deg": round(float(closer[m].mean()), 2) if n else None,
-            "corr_with_closing_turn": round(float(np.corrcoef(gun_turn[m], ideal[m])[0, 1]), 3) if defined else None}
+            "corr_with_closing_turn": round(float(np.corrcoef(gun_turn[m], ideal[m])[0, 1]), 3) if defined else None,
+            "gun_noise_std": round(float(gun_std[m].mean()), 3) if n else None}
     return out
 
 
 def probe(path: str, arc: float, episodes: int, env_kwargs: dict) -> dict:
-    act, cfg = actor_fn(path, "int8")
+    # The actor's own forward (as bench_tankduel's actor_fn plays it), for the std beside the action.
+    params, cfg = policy.build_params(ck.load_actor(path)), checkpoint_config(path)
     if cfg["env"] != "sacbot/TankDuelRadar-v0":
         raise SystemExit(f"{path}: trained on {cfg['env']}, not sacbot/TankDuelRadar-v0 (the probe reads the "
                          "radar observation's 'seen' field, index 11)")
     env = eval_env(cfg, {**env_kwargs, "radar_arc": arc})
-    seen, turn, before, after, wins = [], [], [], [], 0
+    seen, turn, before, after, std, wins = [], [], [], [], [], 0
     for k in range(episodes):
         obs, _ = env.reset(seed=SEED0 + k, options={"episode_index": k})
         state, done, info = None, False, {}
         while not done:
             before.append(gun_error_deg(env.unwrapped))
             seen.append(bool(obs[11] > 0.5))
-            a, state = act(obs, state)
+            if state is None or cfg.get("memoryless"):
+                state = policy.initial_state(params)
+            mu, log_std, h, c = policy.mean_and_log_std(params, np.asarray(obs, np.float32), state)
+            a = np.tanh(mu).astype(np.float32)  # deterministic, as policy.act without an rng
+            state = policy.PolicyState(h, c, a)
             turn.append(float(a[2]))
+            std.append(float(np.exp(log_std[2])))
             obs, _, term, trunc, info = env.step(a)
             after.append(gun_error_deg(env.unwrapped))
             done = term or trunc
         wins += bool(info["won"])
-    r = split_by_sight(np.array(seen), np.array(turn), np.array(before), np.array(after))
+    r = split_by_sight(np.array(seen), np.array(turn), np.array(before), np.array(after), np.array(std))
     r.update(checkpoint=path, train_env_kwargs=cfg.get("env_kwargs"), arc=arc, episodes=episodes,
              won=wins / episodes)
     return r
