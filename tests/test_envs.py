@@ -420,3 +420,22 @@ def test_a_memoryless_scripted_policy_wins_the_radar_duel_against_sitting_duck()
         before = act(unseen).copy()
         act(seen)
         assert np.array_equal(act(unseen), before) == (name != "memory"), name
+
+
+def test_gun_noise_as_in_training_leaves_memory_winning_and_slows_the_held_gun():
+    """tools/bench_radar_bounds.py --gun-noise: the noise a learner's actor adds to its gun turn
+    in training.  The memory policy re-aims every tick, so it shrugs the noise off; the memoryless
+    one's memory is the held gun, which the noise walks off the target."""
+    tool = load_tool("bench_radar_bounds")
+    plain = tool.memoryless(True)
+    assert tool.with_gun_noise(plain, 0.0) is plain
+    act, _ = tool.with_gun_noise(plain, 0.35, seed=1)
+    obs = np.zeros(32, np.float32)  # nothing seen: the policy holds its gun and fires
+    a = act(obs)
+    assert a[2] != 0.0 and np.array_equal(a[[0, 1, 3]], plain[0](obs)[[0, 1, 3]])  # only the gun is noisy
+    env = gym.make(RADAR)
+    mem = tool.play(env, tool.with_gun_noise(tool.memory(), 0.35), 3)
+    held = tool.play(env, plain, 3)
+    held_noisy = tool.play(env, tool.with_gun_noise(tool.memoryless(True), 0.35), 3)
+    assert mem["win_rate"] == held["win_rate"] == 1.0
+    assert held_noisy["win_rate"] < 1.0 or held_noisy["median_ticks_to_win"] > 1.5 * held["median_ticks_to_win"]

@@ -25,9 +25,15 @@ Memoryless (a function of this tick's observation; the tank's own state is all t
 - ``memoryless_heat``: writes the sighting into the gun heat through a cheap shot's power and
   reads it back (see the function).
 
-One JSON line per (policy, opponent); the last line is the summary::
+``--gun-noise SIGMA ...`` adds to each gun turn the Gaussian noise a learner's actor adds in
+training (SIGMA is the std before the tanh; tools/probe_radar_gun.py reports a checkpoint's).
+A policy that re-aims from memory every tick shrugs it off; one whose memory is the held gun does
+not, so this is what a learner that trains with that noise can see each strategy win.
+
+One JSON line per (policy, opponent, noise); the last line is the summary::
 
     python tools/bench_radar_bounds.py --episodes 50
+    python tools/bench_radar_bounds.py --opponents sitting_duck --gun-noise 0 0.1 0.35 --episodes 20
     python tools/bench_radar_bounds.py --opponents tracker --env-kwargs '{"max_ticks": 300}'
 """
 
@@ -202,6 +208,22 @@ POLICIES = {  # name -> (max_ticks -> (act, reset))
 }
 
 
+def with_gun_noise(policy, sigma: float, seed: int = 0):
+    """``policy`` with N(0, sigma) added to its gun turn before a tanh, as a SAC actor samples
+    (a = tanh(u), u ~ N(mean, std)); sigma 0 returns it unchanged."""
+    if sigma == 0:
+        return policy
+    act, reset = policy
+    rng = np.random.default_rng(seed)
+
+    def noisy(obs: np.ndarray) -> np.ndarray:
+        a = np.array(act(obs), np.float32)  # a copy: a policy may hand out its own array
+        a[2] = math.tanh(math.atanh(min(max(float(a[2]), -0.999999), 0.999999)) + sigma * rng.standard_normal())
+        return a
+
+    return noisy, reset
+
+
 def play(env: gym.Env, policy, episodes: int) -> dict:
     act, reset = policy
     wins, ticks = [], []
@@ -226,7 +248,11 @@ def main() -> int:
     p.add_argument("--env-kwargs", default="{}", help="JSON object of extra env kwargs")
     p.add_argument("--opponents", nargs="+", default=["sitting_duck", "tracker", "walker", "spinner"])
     p.add_argument("--episodes", type=int, default=50)
+    p.add_argument("--gun-noise", type=float, nargs="+", default=[0.0], metavar="SIGMA",
+                   help="std of Gaussian noise added to the gun turn before the tanh, as in training (default 0)")
     a = p.parse_args()
+    if not all(math.isfinite(g) and g >= 0 for g in a.gun_noise):
+        p.error(f"--gun-noise wants finite stds >= 0, got {a.gun_noise}")
     try:
         kwargs = json.loads(a.env_kwargs)
         if not isinstance(kwargs, dict):
@@ -252,10 +278,11 @@ def main() -> int:
             p.error(f"the scripted policies turn the gun directly; {a.env} has gun_control "
                     f"{env.unwrapped.gun_control!r}")
         for name, make in POLICIES.items():
-            r = play(env, make(env.unwrapped.max_ticks), a.episodes)
-            r.update(policy=name, opponent=opp)
-            print(json.dumps(r), flush=True)
-            out["results"][f"{name}/{opp}"] = r
+            for sigma in a.gun_noise:
+                r = play(env, with_gun_noise(make(env.unwrapped.max_ticks), sigma), a.episodes)
+                r.update(policy=name, opponent=opp, gun_noise=sigma)
+                print(json.dumps(r), flush=True)
+                out["results"][f"{name}/{opp}" + (f"/noise{sigma:g}" if len(a.gun_noise) > 1 or sigma else "")] = r
     print(json.dumps(out))
     return 0
 
