@@ -17,8 +17,12 @@ import numpy as np
 class CueMemory(gym.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self, delay: int = 2):
-        self.delay = delay
+    def __init__(self, delay: int = 2, render_mode: str | None = None):
+        if isinstance(delay, bool) or not isinstance(delay, int) or delay < 0:
+            raise ValueError(f"delay must be an integer >= 0 (blank steps between cue and query), got {delay!r}")
+        if render_mode is not None:
+            raise ValueError(f"CueMemory has nothing to render: render_mode must be None, got {render_mode!r}")
+        self.delay, self.render_mode = delay, render_mode
         self.observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
         self._t = 0

@@ -29,10 +29,18 @@ from .progress import Progress
 def make_env(env_id: str, render_mode: str | None = None, kwargs: dict | None = None) -> gym.Env:
     from . import envs  # noqa: F401 - registers sacbot's envs (the repo's envs/, installed as sacbot.envs)
 
+    # render_mode only when asked for: gymnasium passes even None on to the env's constructor,
+    # and an env written without a render_mode argument would fail on it.
+    extra = {} if render_mode is None else {"render_mode": render_mode}
     try:
-        env = gym.make(env_id, render_mode=render_mode, **(kwargs or {}))
+        env = gym.make(env_id, **extra, **(kwargs or {}))
     except (gym.error.Error, TypeError, ValueError) as e:
         raise AgentError(f"cannot make env {env_id!r} with kwargs {kwargs or {}}: {e}") from None
+    return flatten_if_nested(env)
+
+
+def flatten_if_nested(env: gym.Env) -> gym.Env:
+    """Dict and Tuple observations reach the agent flattened into one Box."""
     if isinstance(env.observation_space, gym.spaces.Dict | gym.spaces.Tuple):
         env = gym.wrappers.FlattenObservation(env)
     return env

@@ -22,12 +22,13 @@ def check_env(cfg: Config) -> None:
     sampled action."""
     from . import envs  # noqa: F401 - registers sacbot's envs (the repo's envs/, installed as sacbot.envs)
     from .agent import AgentError, space_dims
+    from .driver import flatten_if_nested
 
     kwargs = cfg.env_kwargs_dict()
     stage = "make"
     env = None
     try:
-        env = gym.make(cfg.env, **kwargs)
+        env = flatten_if_nested(gym.make(cfg.env, **kwargs))  # as the driver makes it
         try:  # a Discrete action space is the user's choice of env, not a crash: exit 2 like the rest
             space_dims(env.observation_space, env.action_space)
         except AgentError as e:

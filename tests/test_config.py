@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 
+import gymnasium as gym
 import pytest
 
 from sacbot.config import MAX_SEED, Config, ConfigError, load_config
@@ -182,6 +183,10 @@ def test_check_env_turns_a_failing_first_step_into_a_config_error():
     # An env sacbot cannot drive is the user's setting too (it exited 1 from inside the driver).
     with pytest.raises(ConfigError, match=r"env = 'CartPole-v1': action space Discrete\(2\) is not supported"):
         check_env(Config(env="CartPole-v1"))
+    # ... but a Dict observation is flattened, as the driver does, so it passes.
+    gym.register("sacbot-test/DictObs-v0", entry_point=lambda: gym.wrappers.TransformObservation(
+        gym.make("Pendulum-v1"), lambda o: {"o": o}, gym.spaces.Dict({"o": gym.make("Pendulum-v1").observation_space})))
+    check_env(Config(env="sacbot-test/DictObs-v0"))
 
 
 def test_help_names_the_originals_alias_beside_sacbots_variable():

@@ -15,7 +15,26 @@ from helpers import load_tool
 import sacbot.envs  # noqa: F401 - registers
 from sacbot.envs.tank_duel import RADIUS, TankDuel, bullet_damage
 
-IDS = ["sacbot/TankDuel-v0", "sacbot/CueMemory-v0", "sacbot/Pendulum-P-v0", "sacbot/Pendulum-V-v0"]
+IDS = ["sacbot/TankDuel-v0", "sacbot/TankDuelRadar-v0", "sacbot/CueMemory-v0", "sacbot/Pendulum-P-v0",
+       "sacbot/Pendulum-V-v0"]
+
+
+def test_ids_lists_every_env_sacbot_registers():
+    assert sorted(IDS) == sorted(k for k in gym.registry if k.startswith("sacbot/"))
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_every_registered_env_passes_the_runs_env_check_and_is_made_as_the_driver_makes_it(env_id):
+    """`sacbot run --env X` for each: the up-front check, then the driver's make.  CueMemory took
+    no render_mode, and the driver passed render_mode=None, so it could not run at all."""
+    from sacbot.config import Config
+    from sacbot.driver import make_env
+    from sacbot.envcheck import check_env as run_check
+
+    run_check(Config(env=env_id))
+    env = make_env(env_id)
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.contains(obs)
 
 
 @pytest.mark.parametrize("env_id", IDS)
