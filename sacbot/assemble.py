@@ -139,10 +139,13 @@ def check_weights_dir(cfg: Config, obs_dim: int, act_dim: int) -> None:
     """For a learner that another process will start (a Ray actor): the directory is free, and its
     newest readable checkpoint fits these settings.  Changes no file."""
     make_dir(cfg.weights_dir, "--weights-path")
-    try:
-        WriterLock(cfg.weights_dir).acquire().close()
-    except LockHeld as e:
-        raise AssembleError(str(e)) from None
+    _lock(cfg).close()
+    _check_loadable(cfg, obs_dim, act_dim)
+
+
+def _check_loadable(cfg: Config, obs_dim: int, act_dim: int) -> None:
+    """The newest readable checkpoint fits these settings, and with --no-fresh-start one loads.
+    Reads only the actors and moves nothing aside, so a refusal leaves every file where it was."""
     try:
         found = ck.load_latest(cfg.weights_dir, {**cfg.to_dict(), "obs_dim": obs_dim, "act_dim": act_dim},
                                entries=("actor",), log=lambda m: None, set_aside_bad=False,
@@ -151,17 +154,26 @@ def check_weights_dir(cfg: Config, obs_dim: int, act_dim: int) -> None:
         raise _mismatch(cfg, e) from None
     if found is None and cfg.no_fresh_start and ck.candidates(cfg.weights_dir, cfg.latest_name):
         raise AssembleError(f"no checkpoint in {cfg.weights_dir!r} loads, and --no-fresh-start refuses to start "
-                            "fresh")
+                            "fresh; nothing there was moved or changed")
+
+
+def _lock(cfg: Config) -> WriterLock:
+    """The weights directory's writer lock, taken, or an AssembleError that says why not."""
+    lock = WriterLock(cfg.weights_dir)
+    try:
+        return lock.acquire()
+    except LockHeld as e:
+        raise AssembleError(str(e)) from None
+    except OSError as e:  # a directory in the lock file's place, no permission
+        why = "a directory is in the way" if os.path.isdir(lock.path) else e.strerror
+        raise AssembleError(f"--weights-path {cfg.weights_dir!r}: cannot open its writer lock {lock.path!r}: "
+                            f"{why}") from None
 
 
 def _train(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log) -> Start:
     check_settings(cfg, obs_dim, act_dim)
     make_dir(cfg.weights_dir, "--weights-path")
-    lock = WriterLock(cfg.weights_dir)
-    try:  # one writer per weights directory, held until close (the OS frees it on any exit)
-        lock.acquire()
-    except LockHeld as e:
-        raise AssembleError(str(e)) from None
+    lock = _lock(cfg)  # one writer per weights directory, held until close (the OS frees it on any exit)
     try:
         return _train_locked(cfg, obs_dim, act_dim, spaces, log, lock)
     except BaseException:
@@ -173,6 +185,8 @@ def _train_locked(cfg, obs_dim, act_dim, spaces, log, lock: WriterLock) -> Start
     for p in ck.remove_stale_temps(cfg.weights_dir):  # safe: we hold the lock
         log(f"sacbot: removed stale temp file {p}")
     had_files = bool(ck.candidates(cfg.weights_dir, cfg.latest_name))
+    if cfg.no_fresh_start and had_files:
+        _check_loadable(cfg, obs_dim, act_dim)  # refuse before the load below sets bad files aside
     try:
         found = ck.load_latest(cfg.weights_dir, {**cfg.to_dict(), "obs_dim": obs_dim, "act_dim": act_dim},
                                log=log, latest_name=cfg.latest_name)

@@ -67,6 +67,7 @@ from typing import BinaryIO
 import numpy as np
 import zstandard
 
+from .config import STEP_RE
 from .files import append_jsonl
 from .messages import MessageError, pack, unpack
 
@@ -74,7 +75,6 @@ FORMAT = "sacbot-checkpoint"
 FORMAT_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 LATEST = "sac_latest.zip"
-STEP_RE = re.compile(r"^sac_step_(\d+)\.zip$")
 CHUNK_RE = re.compile(r"^replay-(\d{3})\.msgpack\.zst$")
 TMP_PREFIX = ".sacbot-tmp-"
 TMP_RE = re.compile(r"^" + re.escape(TMP_PREFIX) + r"(\d+)-")  # the writer's PID

@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -145,6 +146,19 @@ class Config:
         if self.original_layout and os.path.basename(self.weights_path) == ".zip":
             raise ConfigError(f"weights_path = {self.weights_path!r} is not accepted: expected a directory "
                               "or a checkpoint file name ending in .zip")
+        if self.original_layout and STEP_RE.match(os.path.basename(self.weights_path)):
+            # As the newest-checkpoint name, a step file would be overwritten by the next save, and the
+            # state it names lost.
+            raise ConfigError(f"weights_path = {self.weights_path!r} is not accepted: it names a step "
+                              "checkpoint, which sacbot never overwrites; pass its directory to go on from the "
+                              "newest checkpoint there, or copy the file into a new directory as "
+                              "sac_latest.zip to go on from that step")
+        if self.original_layout and os.path.isdir(self.weights_path):
+            # Read as a checkpoint file, a directory would be moved aside as unusable and a fresh bot
+            # started beside it.
+            raise ConfigError(f"weights_path = {self.weights_path!r} is not accepted: it is a directory, not "
+                              "a checkpoint file; pass it as it is named only if it is a file (a directory "
+                              "whose name ends in .zip cannot be a weights directory)")
         self.env_kwargs_dict()  # validates
 
     def env_kwargs_dict(self) -> dict:
@@ -200,6 +214,9 @@ class Config:
             parent = os.path.dirname(os.path.abspath(self.weights_dir))
             return os.path.join(parent, "training_metrics.jsonl")
         return os.path.join(self.run_dir, "training_metrics.jsonl")
+
+
+STEP_RE = re.compile(r"^sac_step_(\d+)\.zip$")  # the step checkpoints' names (sacbot/checkpoint.py)
 
 
 def env_name(name: str) -> str:

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from sacbot import checkpoint as ck
 from sacbot.config import Config
+from sacbot.lock import WriterLock
 from sacbot.messages import make_transition, pack
 from sacbot.replay import CHUNK_MIN_ROWS as C  # rows per replay chunk at the capacities used here
 from sacbot.training import TrainingState, handle_message, train_pass
@@ -410,9 +411,27 @@ def test_export_bot_drops_the_replay_and_keeps_a_loadable_checkpoint(tmp_path):
     a, _ = st.learner.state()
     b, _ = other.learner.state()
     assert all(np.array_equal(a[k], b[k]) for k in a) and len(other.replay) == 0
-    bad = subprocess.run([sys.executable, tool, str(tmp_path / "nope.zip"), str(dst)],
+    bad = subprocess.run([sys.executable, tool, str(tmp_path / "nope.zip"), str(tmp_path / "other.zip")],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and "nope.zip" in bad.stderr
+    # An existing DST is another bot: refused without --force (it was replaced silently), and
+    # never while a sacbot run holds its directory, --force or not.
+    src, shipped = str(tmp_path / "w" / ck.LATEST), dst.read_bytes()
+    again = subprocess.run([sys.executable, tool, src, str(dst)], capture_output=True, text=True, timeout=60)
+    assert again.returncode == 2 and "exists; pass --force" in again.stderr and dst.read_bytes() == shipped
+    into_dir = subprocess.run([sys.executable, tool, src, str(dst.parent)], capture_output=True, text=True,
+                              timeout=60)
+    assert into_dir.returncode == 2 and "is a directory" in into_dir.stderr
+    live = WriterLock(str(tmp_path / "w")).acquire()
+    try:
+        held = subprocess.run([sys.executable, tool, src, src, "--force"], capture_output=True, text=True,
+                              timeout=60)
+    finally:
+        live.close()
+    assert held.returncode == 1 and "in use by process" in held.stderr and "nothing was written" in held.stderr
+    forced = subprocess.run([sys.executable, tool, src, src, "--force"], capture_output=True, text=True, timeout=60)
+    assert forced.returncode == 0, forced.stderr
+    assert "replay" not in ck.read_checkpoint(src)["meta"]  # replaced, as asked
 
 
 def test_a_step_file_newer_than_sac_latest_loads_first(tmp_path):

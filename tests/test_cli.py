@@ -197,11 +197,25 @@ def _toml_file(tmp_path, data: bytes) -> str:
      "buffer_size = 10000000000 is not accepted: expected an integer in [1, 10,000,000]"),
     (lambda t: ["--torch-threads", "100000"], "torch_threads = 100000 is not accepted: expected an integer in "
                                               "[1, 256]"),
+    # As the newest-checkpoint name a step file was overwritten by the next save; a directory named
+    # *.zip was moved aside as a corrupt checkpoint and a fresh bot started beside it.
+    (lambda t: ["--weights-path", str(t / "w" / "sac_step_1.zip")], "it names a step checkpoint, which sacbot "
+                                                                   "never overwrites"),
 ])
 def test_bad_settings_exit_2_with_one_clear_line(tmp_path, make_args, needle):
     p = cli(tmp_path, *run_args(tmp_path, *make_args(tmp_path)))
     assert p.returncode == 2 and needle in p.stderr, p.stderr
     assert not (tmp_path / "w").exists() and not (tmp_path / "run").exists()  # nothing written
+
+
+@pytest.mark.timeout(60)
+def test_a_weights_directory_named_like_a_checkpoint_file_is_refused_and_left_as_it_was(tmp_path):
+    bot = tmp_path / "bot.zip"
+    bot.mkdir()
+    (bot / "sac_latest.zip").write_bytes(b"a trained bot")
+    p = cli(tmp_path, "run", "--run-dir", str(tmp_path / "run"), "--weights-path", str(bot), "--quiet")
+    assert p.returncode == 2 and "it is a directory, not a checkpoint file" in p.stderr, p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["bot.zip"] and os.listdir(bot) == ["sac_latest.zip"]
 
 
 @pytest.mark.timeout(60)

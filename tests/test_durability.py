@@ -196,6 +196,29 @@ def test_every_setting_changed_on_resume_either_resumes_or_is_a_config_error(tmp
         assert outcomes[must_resume] == "resumed", outcomes
 
 
+@pytest.mark.timeout(120)
+def test_no_fresh_start_refuses_with_every_file_where_it_was(tmp_path):
+    """--no-fresh-start over a directory where nothing loads: refused, and the bad files are not
+    moved aside (they were, so a later plain run started fresh without the STARTING FRESH warning)."""
+    cfg = small_cfg(tmp_path, no_fresh_start=True)
+    wdir = tmp_path / "w-bad"
+    wdir.mkdir()
+    for name in ("sac_latest.zip", "sac_step_5.zip"):
+        (wdir / name).write_bytes(b"not a checkpoint")
+    before = dir_digests(wdir)
+    with pytest.raises(AgentError, match="--no-fresh-start refuses to start fresh; nothing there was moved"):
+        Agent(dataclasses.replace(cfg, weights_path=str(wdir)), OBS_SPACE, ACT_SPACE, **QUIET)
+    assert dir_digests(wdir) == before
+
+
+@pytest.mark.timeout(60)
+def test_a_directory_in_the_lock_files_place_is_a_clear_error(tmp_path):
+    cfg = small_cfg(tmp_path)
+    os.makedirs(os.path.join(cfg.weights_path, ".sacbot.lock"))
+    with pytest.raises(AgentError, match=r"cannot open its writer lock .*\.sacbot\.lock': a directory is in the way"):
+        Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
+
+
 # --- shutdown and exit status ---------------------------------------------------------------
 def _limit_file_size(nbytes):
     def preexec():
