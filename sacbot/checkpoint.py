@@ -540,6 +540,19 @@ def _read_manifest(zf: zipfile.ZipFile, path: str) -> dict:
     if not isinstance(manifest, dict) or manifest.get("format", FORMAT) != FORMAT:
         fmt = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise CheckpointError(f"{path}: not a sacbot checkpoint (format {fmt!r})")
+    # The manifest is not under a hash of its own (it holds the entries' hashes), so what readers
+    # take from it directly is checked here: a resume, `sacbot inspect` and the tools use these.
+    for key in ("step", "env_steps"):
+        v = manifest.get(key, 0)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise CheckpointError(f"{path}: manifest {key} = {v!r}, expected an integer >= 0 (corrupt)")
+    for key in ("config", "spaces"):
+        if not isinstance(manifest.get(key, {}), dict):
+            raise CheckpointError(f"{path}: manifest {key} = {manifest[key]!r}, expected an object (corrupt)")
+    for key in ("obs_dim", "act_dim"):
+        v = manifest.get("spaces", {}).get(key, 1)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise CheckpointError(f"{path}: manifest spaces.{key} = {v!r}, expected an integer >= 1 (corrupt)")
     return manifest
 
 

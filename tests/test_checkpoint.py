@@ -287,6 +287,11 @@ CORRUPTIONS = {
         raw_size=3 << 30)),
     "pickle payload": dict(entry_edit=lambda items, m: reseal(
         items, m, "model.msgpack.zst", _zstd(raw := pickle.dumps({"arrays": {}})), len(raw))),
+    # The manifest has no hash of its own: what readers take from it is checked by type.
+    "manifest step a string": dict(manifest_edit=lambda m: m.update(step="abc")),
+    "manifest env_steps negative": dict(manifest_edit=lambda m: m.update(env_steps=-5)),
+    "manifest config null": dict(manifest_edit=lambda m: m.update(config=None)),
+    "manifest obs_dim negative": dict(manifest_edit=lambda m: m["spaces"].update(obs_dim=-1)),
 }
 
 
