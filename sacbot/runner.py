@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import signal
@@ -120,6 +121,7 @@ class Runner:
         self.bots = [Bot(i, a.root, a.bot_cmd, a.bot_args, a.seed + i) for i in range(a.bots)]
         self.stop_requested = False
         self.failed: str | None = None
+        self.failed_code = 1  # 2 when a bot refused its settings: the campaign's settings are wrong
 
     def event(self, kind: str, bot: Bot | None = None, **kw) -> None:
         rec = {"time": time.time(), "event": kind, **({"bot": bot.i} if bot else {}), **kw}
@@ -157,7 +159,7 @@ class Runner:
         if self.failed:
             self.event("gave_up", reason=self.failed, **summary)
             print(f"runner: giving up: {self.failed}\n{json.dumps(summary, indent=1)}", file=sys.stderr)
-            return 1
+            return self.failed_code
         self.event("stopped", **summary)
         return 0
 
@@ -183,6 +185,7 @@ class Runner:
                 said = b.last_log_line()
                 self.event("config_error", b, code=code, message=said)
                 self.failed = f"bot{b.i} rejected its configuration (exit code 2): {said}"
+                self.failed_code = CONFIG_ERROR
             else:
                 self.event("crashed", b, code=code)
                 self.schedule_restart(b, now, f"exit code {code}")
@@ -312,11 +315,37 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(a, name) < (1 if name == "bots" else 0):
             print(f"runner: --{name.replace('_', '-')} = {getattr(a, name)} is not accepted", file=sys.stderr)
             return 2
-    if a.freeze_timeout <= 0 or a.grace < 0:
-        print("runner: --freeze-timeout must be > 0 and --grace >= 0", file=sys.stderr)
+    if not (math.isfinite(a.freeze_timeout) and a.freeze_timeout > 0) or not (math.isfinite(a.grace) and a.grace >= 0):
+        print("runner: --freeze-timeout must be a finite number > 0 and --grace a finite number >= 0, "
+              f"got {a.freeze_timeout} and {a.grace}", file=sys.stderr)
+        return 2
+    for name in ("kill_grace", "backoff", "max_backoff", "stop_deadline", "eval_every_minutes"):
+        v = getattr(a, name)
+        if not math.isfinite(v) or v < 0:
+            print(f"runner: --{name.replace('_', '-')} must be a finite number >= 0, got {v}", file=sys.stderr)
+            return 2
+    if a.eval_every_rounds < 0 or a.eval_episodes < 1:
+        print(f"runner: --eval-every-rounds must be >= 0 and --eval-episodes >= 1, got {a.eval_every_rounds} "
+              f"and {a.eval_episodes}", file=sys.stderr)
+        return 2
+    if not a.root.strip() or (os.path.exists(a.root) and not os.path.isdir(a.root)):
+        print(f"runner: --root {a.root!r} is not accepted: expected a directory (one directory per bot goes below "
+              "it)", file=sys.stderr)
+        return 2
+    owned = [f for f in a.bot_args if f.split("=")[0] in ("--weights-path", "--run-dir")]
+    if owned:
+        # Each bot's weights and run directories are its own, below --root; one given to all would make
+        # every bot write the same checkpoints.
+        print(f"runner: {owned[0].split('=')[0]} is set by the runner for each bot (ROOT/botN/weights and "
+              "ROOT/botN/run); choose where with --root", file=sys.stderr)
         return 2
     a.bot_cmd, a.eval_cmd = a.bot_cmd.split(), a.eval_cmd.split()
-    return Runner(a).run()
+    try:
+        runner = Runner(a)
+    except OSError as e:  # --root cannot be made: no permission, a file in the path
+        print(f"runner: --root {a.root!r} cannot be used as a directory: {e.strerror}", file=sys.stderr)
+        return 2
+    return runner.run()
 
 
 if __name__ == "__main__":

@@ -73,10 +73,27 @@ def test_a_bot_that_rejects_its_configuration_stops_the_runner_without_restarts(
     bot = [sys.executable, "-m", "sacbot", "run"]
     p = subprocess.run(RUNNER + ["--root", str(tmp_path), "--bot-cmd", " ".join(bot), "--backoff", "0.1",
                                  "--", "--device", "gpu0"], capture_output=True, text=True, timeout=50)
-    assert p.returncode == 1
+    assert p.returncode == 2  # the campaign's settings are wrong, as for sacbot run itself
     assert "bot0 rejected its configuration (exit code 2)" in p.stderr and "device = 'gpu0'" in p.stderr
     kinds = [e["event"] for e in events(tmp_path)]
     assert kinds == ["started", "config_error", "gave_up"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("args, says", [
+    (["--freeze-timeout", "nan"], "--freeze-timeout must be a finite number > 0"),  # freezes never detected
+    (["--backoff", "inf"], "--backoff must be a finite number >= 0"),
+    (["--root", ""], "--root '' is not accepted: expected a directory"),
+    (["--root", "FILE"], "is not accepted: expected a directory"),
+    (["--", "--weights-path", "x"], "--weights-path is set by the runner for each bot"),
+])
+def test_the_runner_refuses_bad_flags_by_name_before_starting_a_bot(tmp_path, args, says):
+    (tmp_path / "FILE").write_text("")
+    args = [str(tmp_path / "FILE") if x == "FILE" else x for x in args]
+    root = [] if "--root" in args else ["--root", str(tmp_path / "camp")]
+    p = subprocess.run(RUNNER + root + args, capture_output=True, text=True, timeout=50)
+    assert p.returncode == 2 and says in p.stderr, p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["FILE"]  # no bot started, nothing made
 
 
 @pytest.mark.timeout(120)
