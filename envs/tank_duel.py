@@ -208,9 +208,14 @@ class TankDuel(gym.Env):
                  observation: str = "full", radar_arc: float = RADAR_ARC_DEG):
         if isinstance(opponents, str):
             opponents = (opponents,)
+        if not isinstance(opponents, list | tuple):  # a dict or set would be read by its keys, in no set order
+            raise ValueError(f"opponents must be a name or a list of names, got {opponents!r}")
         unknown = [o for o in opponents if o not in OPPONENTS]
         if unknown or not opponents:
             raise ValueError(f"unknown opponent(s) {unknown}; known: {sorted(OPPONENTS)}")
+        if isinstance(max_ticks, bool) or not isinstance(max_ticks, numbers.Integral) or max_ticks < 1:
+            raise ValueError(f"max_ticks must be an integer >= 1 (ticks before an episode is truncated), "
+                             f"got {max_ticks!r}")
         if schedule not in ("fixed", "cycle", "random"):
             raise ValueError(f"schedule must be fixed, cycle or random, got {schedule!r}")
         if gun_control not in ("turn", "aim"):

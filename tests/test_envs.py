@@ -218,6 +218,16 @@ def test_schedule_cycle_random_and_info():
     assert len({env.reset()[1]["opponent"] for _ in range(30)}) == 4
     with pytest.raises(ValueError, match="unknown opponent"):
         TankDuel(opponents=("nobody",))
+    with pytest.raises(ValueError, match="opponents must be a name or a list of names"):
+        TankDuel(opponents={"spinner": 1})  # was read by its keys
+
+
+@pytest.mark.parametrize("bad", [-5, 0, 2.5, float("nan"), "abc", True])
+def test_max_ticks_is_refused_by_name_unless_a_positive_integer(bad):
+    # -5 gave one-tick episodes, 0 a ZeroDivisionError at reset
+    with pytest.raises(ValueError, match=r"max_ticks must be an integer >= 1"):
+        TankDuel(max_ticks=bad)
+    assert TankDuel(max_ticks=np.int64(7)).max_ticks == 7
 
 
 def test_rgb_render_draws_both_tanks():
