@@ -160,6 +160,17 @@ class Config:
                               "a checkpoint file; pass it as it is named only if it is a file (a directory "
                               "whose name ends in .zip cannot be a weights directory)")
         self.env_kwargs_dict()  # validates
+        # A buffer that can never hold what learning waits for: the run would play on with 0 gradient
+        # steps.  (To store without training, --utd-ratio 0 says so.)
+        if self.learning_starts > self.buffer_size:
+            raise ConfigError(f"learning_starts = {self.learning_starts} is more than buffer_size = "
+                              f"{self.buffer_size}: the buffer never holds that many transitions, so no gradient "
+                              "step would ever run; lower --learning-starts or raise --buffer-size")
+        rows = self.batch_size * self.seq_len if self.memoryless else self.batch_size  # window starts a batch needs
+        if rows > self.buffer_size:
+            raise ConfigError(f"batch_size = {self.batch_size}{' x seq_len (memoryless)' if self.memoryless else ''} "
+                              f"needs {rows} stored transitions to start its windows at, more than buffer_size = "
+                              f"{self.buffer_size}: no gradient step would ever run; raise --buffer-size")
 
     def env_kwargs_dict(self) -> dict:
         if not self.env_kwargs.strip():

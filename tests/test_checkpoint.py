@@ -164,7 +164,7 @@ def test_version_2_fixture_with_its_single_replay_entry_loads():
 
 
 def big_replay_state(n: int, capacity: int = 40_000):
-    cfg = Config(hidden=8, batch_size=2, seq_len=4, learning_starts=10**9, calib_updates=2, buffer_size=capacity)
+    cfg = Config(hidden=8, batch_size=2, seq_len=4, utd_ratio=0.0, calib_updates=2, buffer_size=capacity)
     st = TrainingState.fresh(cfg, 3, 1)
     rng = np.random.default_rng(0)
     for i in range(n):

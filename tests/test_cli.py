@@ -199,6 +199,11 @@ def _toml_file(tmp_path, data: bytes) -> str:
                                               "[1, 256]"),
     # As the newest-checkpoint name a step file was overwritten by the next save; a directory named
     # *.zip was moved aside as a corrupt checkpoint and a fresh bot started beside it.
+    # Settings under which no gradient step could ever run: they played on with 0 steps, exit 0.
+    (lambda t: ["--learning-starts", "5000", "--buffer-size", "100"], "learning_starts = 5000 is more than "
+                                                                       "buffer_size = 100"),
+    (lambda t: ["--batch-size", "64", "--buffer-size", "10", "--learning-starts", "5"], "needs 64 stored "
+                                                                                       "transitions"),
     (lambda t: ["--weights-path", str(t / "w" / "sac_step_1.zip")], "it names a step checkpoint, which sacbot "
                                                                    "never overwrites"),
 ])

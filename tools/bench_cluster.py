@@ -4,7 +4,7 @@
 * ``overhead``: env steps/s of one bot on Ray (``sacbot cluster --bots 1``) against a standalone
   bot (``sacbot run``, thread learner and process learner), same env, settings and seed, free
   pace, alternated within every round.  Held equal: the learner does no gradient steps in any arm
-  (``--learning-starts`` beyond the run, by default), so it is never the bottleneck; it still
+  (``--utd-ratio 0``, by default), so it is never the bottleneck; it still
   drains, stores every transition and publishes an actor per pass, as it does when training.
   Steps/s is read from the bot's own heartbeat (``status.json``: ``ticks`` and ``time``, written
   once a second) over ``--seconds`` after ``--warmup`` seconds of play.
@@ -562,9 +562,10 @@ def main() -> None:
     g.add_argument("--bots", type=int, nargs="+", default=[1, 2, 4], help="bot counts for scaling")
     g.add_argument("--standalone", nargs="+", default=["thread", "process"], choices=["thread", "process"],
                    help="standalone references for the overhead: `sacbot run --learner KIND`")
-    g.add_argument("--learning-starts", type=int, default=10**9,
-                   help="default: beyond the run, so no arm's learner trains (not the bottleneck)")
-    g.add_argument("--utd-ratio", type=float, default=1.0)
+    g.add_argument("--learning-starts", type=int, default=1000)
+    g.add_argument("--utd-ratio", type=float, default=0.0,
+                   help="default 0: no arm's learner trains (not the bottleneck); sacbot refuses a "
+                        "--learning-starts beyond the buffer, which earlier runs of this tool used instead")
     g.add_argument("--start-timeout", type=float, default=180.0)
     g = p.add_argument_group("ingest")
     g.add_argument("--ingest-rates", type=float, nargs="+", default=[2500, 5000, 10000, 20000, 0],
