@@ -381,9 +381,16 @@ def _toml_layer(path: str | None, by_name: Mapping[str, dataclasses.Field]) -> L
             raise ConfigError(f"{path}: top-level keys {', '.join(others)} beside the [sacbot] table would be "
                               "ignored: move them into [sacbot], or drop the table and keep all keys top-level")
         doc = table
-    for key in doc:
+    for key, raw in doc.items():
         if key not in by_name:
             raise ConfigError(f"{path}: unknown key {key!r}; known keys: " + ", ".join(sorted(by_name)))
+        # TOML values carry their type: a quoted number or a "yes" is a mistake here, though the same
+        # text is how env vars and flags arrive.
+        typ = str(by_name[key].type)
+        if (typ == "bool" and not isinstance(raw, bool)) or (typ in ("int", "float") and isinstance(raw, str)):
+            want = "true or false (a TOML boolean)" if typ == "bool" else \
+                f"{_accepted(by_name[key])}, as a TOML number (no quotes)"
+            raise ConfigError(f"{path}: {key} = {raw!r} is not accepted: expected {want}")
     return {key: (raw, f"{path}: {key}") for key, raw in doc.items()}
 
 

@@ -34,6 +34,10 @@ def toml(tmp_path, text: str | bytes) -> str:
     ("hidden = 1.5\n", "hidden = 1.5 is not accepted"),
     ("env = 5\n", "env = 5 is not accepted: expected a string"),
     ("seed = [1]\n", r"seed = \[1\] is not accepted"),
+    # quoted numbers and words for booleans are how env vars arrive, not how TOML writes them
+    ('hidden = "8"\n', r"hidden = '8' is not accepted: expected an integer in \[1, 4096\], as a TOML number"),
+    ('quiet = "yes"\n', r"quiet = 'yes' is not accepted: expected true or false \(a TOML boolean\)"),
+    ("quiet = 1\n", "quiet = 1 is not accepted"),
 ])
 def test_bad_toml_names_the_key_and_what_is_accepted(tmp_path, text, match):
     with pytest.raises(ConfigError, match=match):
