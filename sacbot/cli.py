@@ -57,15 +57,17 @@ def _parser() -> argparse.ArgumentParser:
 class _Signals:
     """First SIGINT/SIGTERM starts a graceful close; a second exits at once."""
 
-    def __init__(self, stop: threading.Event):
-        self.stop = stop
+    def __init__(self, stop: threading.Event, closing: str = "closing (final save)"):
+        self.stop, self.closing = stop, closing
         self.count = 0  # signals seen: the run itself sets ``stop`` (--steps reached), not a signal
+        self.signum = 0  # the last one
 
     def __call__(self, signum, frame):
         self.count += 1
+        self.signum = signum
         if self.count > 1:
             os._exit(128 + signum)
-        print(f"sacbot: {signal.Signals(signum).name}: closing (final save); send again to exit now",
+        print(f"sacbot: {signal.Signals(signum).name}: {self.closing}; send again to exit now",
               file=sys.stderr, flush=True)
         self.stop.set()
 
@@ -75,6 +77,9 @@ class _Signals:
 
 
 def cmd_run(args, eval_mode: bool) -> int:
+    if eval_mode and getattr(args, "eval_mode", None) is False:
+        raise ConfigError("--no-eval is not accepted by sacbot eval, which always runs in eval mode; "
+                          "use sacbot run to train")
     cfg = from_args(args)
     if eval_mode or cfg.eval_mode:
         cfg = dataclasses.replace(cfg, eval_mode=True)
@@ -93,7 +98,8 @@ def cmd_run(args, eval_mode: bool) -> int:
     from .driver import drive
 
     stop = threading.Event()
-    _Signals(stop).install()
+    signals = _Signals(stop, "stopping (eval saves nothing)" if cfg.eval_mode else "closing (final save)")
+    signals.install()
     try:
         report = drive(cfg, stop)
     except AgentError as e:
@@ -108,6 +114,8 @@ def cmd_run(args, eval_mode: bool) -> int:
         s = summary(agent)
         if getattr(args, "json", False):
             print(json.dumps(s))
+        elif not s["episodes"] and signals.count:
+            print(f"eval: interrupted before any episode finished ({report['env_steps']} env steps)")
         elif not s["episodes"]:
             print(f"eval: no episode finished in {report['env_steps']} env steps (checkpoint "
                   f"{s['checkpoint']}); give it more --steps, or use --episodes")
@@ -118,7 +126,9 @@ def cmd_run(args, eval_mode: bool) -> int:
                 won = f", won {r['win_rate']:.0%}" if "win_rate" in r else ""
                 print(f"  {opp or '-'}: {r['episodes']} episodes, return {r['mean_return']:.2f} "
                       f"± {r['std_return']:.2f}{won}")
-        return 0 if s["episodes"] else 1  # an eval that saw no episode end measured nothing
+        if not s["episodes"]:  # an eval that saw no episode end measured nothing
+            return 128 + signals.signum if signals.count else 1
+        return 0
     err = agent.learner_error
     final = report.get("final_save") or {}
     last = report.get("last_save") if final.get("ok") else None

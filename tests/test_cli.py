@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from helpers import StderrWatcher
+from helpers import StderrWatcher, wait_until
 
 from sacbot.checkpoint import read_checkpoint
 from sacbot.config import ConfigError, load_config
@@ -117,6 +117,27 @@ def test_an_eval_that_finishes_no_episode_exits_1_and_says_so(tmp_path):
     p = subprocess.run(SACBOT + ["eval", "--steps", "5", "--run-dir", str(tmp_path / "r"), "--quiet"],
                        capture_output=True, text=True, timeout=60, cwd=repo)
     assert p.returncode == 1 and "no episode finished in 5 env steps" in p.stdout
+    p = cli(tmp_path, "eval", "--no-eval", "--run-dir", str(tmp_path / "r2"), "--quiet", cwd=repo)  # was ignored
+    assert p.returncode == 2 and "--no-eval is not accepted by sacbot eval" in p.stderr
+
+
+@pytest.mark.timeout(90)
+def test_an_eval_interrupted_before_any_episode_says_so_and_exits_130(tmp_path):
+    # It said "closing (final save)", then "give it more --steps, or use --episodes", exit 1.
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # for weights/pretrained/
+    run = tmp_path / "r"
+    p = subprocess.Popen(SACBOT + ["eval", "--episodes", "3", "--pace", "realtime", "--tps", "30", "--run-dir",
+                                   str(run), "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=repo)
+    try:
+        wait_until(lambda: json.loads((run / "status.json").read_text())["ticks"] > 0, 60, "the eval to play")
+        p.send_signal(signal.SIGINT)  # a 600-tick episode takes 20 s at 30 ticks/s
+        out, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    assert p.returncode == 130, err
+    assert "SIGINT: stopping (eval saves nothing)" in err and "final save" not in err
+    assert "eval: interrupted before any episode finished" in out and "--steps" not in out
 
 
 def test_config_precedence_toml_env_flags(tmp_path):
