@@ -746,7 +746,10 @@ def check_shapes(ckpt: dict, expect: dict, path: str) -> None:
     for key in ("obs_dim", "act_dim"):
         if key in expect and spaces.get(key) != expect[key]:
             what = "the networks' input (the env's obs_dim, + 1 with reward_input)" if key == "obs_dim" else "the env"
-            raise CheckpointMismatch(f"{path}: {key} is {spaces.get(key)}, {what} needs {expect[key]}")
+            envs = ""
+            if isinstance(cfg, dict) and cfg.get("env") and "env" in expect and cfg.get("env") != expect["env"]:
+                envs = f" (its bot played {cfg['env']}, this run plays {expect['env']})"
+            raise CheckpointMismatch(f"{path}: {key} is {spaces.get(key)}, {what} needs {expect[key]}{envs}")
 
 
 def set_aside(path: str) -> str:

@@ -320,6 +320,16 @@ def test_a_sound_file_that_does_not_fit_the_config_stops_loading_and_is_left_alo
     assert sorted(os.listdir(good_dir)) == before  # the settings are wrong, not the files
 
 
+def test_a_bot_from_another_env_is_named_in_the_mismatch(tmp_path):
+    st = trained_state(tmp_path)
+    ck.write_checkpoint(str(tmp_path / "w"), st.payload(False), spaces={"obs_dim": 3, "act_dim": 1},
+                        config={"hidden": 8, "env": "Pendulum-v1"})
+    with pytest.raises(ck.CheckpointMismatch, match=r"needs 37 \(its bot played Pendulum-v1, this run plays "
+                                                    r"sacbot/TankDuel-v0\)"):
+        ck.load_latest(str(tmp_path / "w"), {"obs_dim": 37, "act_dim": 1, "hidden": 8, "env": "sacbot/TankDuel-v0"},
+                       log=lambda m: None)
+
+
 def test_truncation_at_many_offsets_and_byte_flips_only_raise_checkpoint_error(good_dir, tmp_path):
     data = (good_dir / ck.LATEST).read_bytes()
     rnd = np.random.default_rng(0)
