@@ -150,7 +150,7 @@ class Config:
             # As the newest-checkpoint name, a step file would be overwritten by the next save, and the
             # state it names lost.
             raise ConfigError(f"weights_path = {self.weights_path!r} is not accepted: it names a step "
-                              "checkpoint, which sacbot never overwrites; pass its directory to go on from the "
+                              "checkpoint, which the next save would overwrite; pass its directory to go on from the "
                               "newest checkpoint there, or copy the file into a new directory as "
                               "sac_latest.zip to go on from that step")
         if self.original_layout and os.path.isdir(self.weights_path):

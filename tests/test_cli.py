@@ -225,8 +225,8 @@ def _toml_file(tmp_path, data: bytes) -> str:
                                                                        "buffer_size = 100"),
     (lambda t: ["--batch-size", "64", "--buffer-size", "10", "--learning-starts", "5"], "needs 64 stored "
                                                                                        "transitions"),
-    (lambda t: ["--weights-path", str(t / "w" / "sac_step_1.zip")], "it names a step checkpoint, which sacbot "
-                                                                   "never overwrites"),
+    (lambda t: ["--weights-path", str(t / "w" / "sac_step_1.zip")], "it names a step checkpoint, which the next "
+                                                                   "save would overwrite"),
 ])
 def test_bad_settings_exit_2_with_one_clear_line(tmp_path, make_args, needle):
     p = cli(tmp_path, *run_args(tmp_path, *make_args(tmp_path)))
