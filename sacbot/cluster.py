@@ -19,6 +19,7 @@ import logging
 import math
 import os
 import signal
+import socket
 import threading
 import time
 
@@ -97,16 +98,53 @@ def run_cluster(cfg: Config, a: ClusterArgs, stop: threading.Event) -> int:
     # ray.init installs a SIGTERM handler that ends the driver at once: put ours back, so a
     # SIGTERM stops the bots and makes the learner's final save like SIGINT does.
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    if a.address:
-        ray.init(address=a.address, **init)
-    else:
-        ray.init(num_cpus=max(2, int(a.learner_cpus + a.bots * a.bot_cpus + 0.999)), **init)
+    if a.address and (unreachable := _unreachable(a.address)):
+        # Ray retries a dead address for minutes, printing C++ warnings, before it gives up.
+        log.error("cannot join the Ray cluster at %r: %s", a.address, unreachable)
+        return 1
+    try:
+        if a.address:
+            ray.init(address=a.address, **init)
+        else:
+            ray.init(num_cpus=max(2, int(a.learner_cpus + a.bots * a.bot_cpus + 0.999)), **init)
+    except Exception as e:  # noqa: BLE001 - Ray's ConnectionError and friends: one line, not a trace
+        where = f"join the Ray cluster at {a.address!r}" if a.address else "start a local Ray instance"
+        log.error("cannot %s: %s", where, str(e).strip().splitlines()[-1][:300] if str(e).strip() else type(e).__name__)
+        return 1
     for s, h in handlers.items():
         signal.signal(s, h)
     try:
+        _check_resources(ray, a)
         return _run(ray, cfg, a, stop, obs_dim, act_dim, spaces)
     finally:
         ray.shutdown()
+
+
+def _unreachable(address: str) -> str | None:
+    """Why nothing can answer at a ``host:port`` (or ``ray://host:port``) address, or None when
+    something accepts a connection there (or the address is ``auto`` or not host:port: Ray decides)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return None
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as e:
+        return f"nothing answers at {host}:{port} ({e.strerror or type(e).__name__})"
+    return None
+
+
+def _check_resources(ray, a: ClusterArgs) -> None:
+    """Refuse what the cluster can never grant: Ray would keep the actor pending, and the run would
+    wait for ever (a GPU asked for on a machine without one, more CPUs than the cluster has)."""
+    total = ray.cluster_resources()
+    gpus, cpus = total.get("GPU", 0.0), total.get("CPU", 0.0)
+    if a.learner_gpus > gpus:
+        raise ConfigError(f"--learner-gpus = {a.learner_gpus:g}, but the Ray cluster has {gpus:g} GPU(s); "
+                          "pass --learner-gpus 0 (and --device cpu), or join a cluster with a GPU (--address)")
+    need = max(a.learner_cpus, a.bot_cpus)  # the largest single actor must fit the cluster
+    if need > cpus:
+        raise ConfigError(f"an actor asks for {need:g} CPUs, but the Ray cluster has {cpus:g}; lower --learner-cpus "
+                          "or --bot-cpus")
 
 
 def _run(ray, cfg, a, stop, obs_dim, act_dim, spaces) -> int:

@@ -165,3 +165,21 @@ def test_a_cluster_with_settings_its_checkpoints_do_not_fit_is_a_config_error_no
     assert r.returncode == 2, r.stderr
     assert "hidden = 16" in r.stderr and "Traceback" not in r.stderr
     assert dir_digests(weights) == before
+
+
+@pytest.mark.timeout(120)
+def test_what_ray_can_never_grant_or_reach_is_one_line_not_a_hang_or_a_traceback(tmp_path):
+    # A GPU asked for where the cluster has none kept the learner actor pending for ever; a wrong
+    # --address ended in Ray's ConnectionError traceback.
+    base = SACBOT + ["cluster", "--bots", "1", "--env", "Pendulum-v1", "--steps", "10", "--quiet"]
+    import torch
+
+    if not torch.cuda.is_available():
+        r = subprocess.run(base + ["--learner-gpus", "1", "--root", str(tmp_path / "a"), "--weights-path",
+                                   str(tmp_path / "wa")], capture_output=True, text=True, timeout=100)
+        assert r.returncode == 2 and "--learner-gpus = 1, but the Ray cluster has 0 GPU(s)" in r.stderr, r.stderr
+    r = subprocess.run(base + ["--address", "127.0.0.1:1", "--root", str(tmp_path / "b"), "--weights-path",
+                               str(tmp_path / "wb")], capture_output=True, text=True, timeout=100)
+    assert r.returncode == 1 and "cannot join the Ray cluster at '127.0.0.1:1': nothing answers" in r.stderr, \
+        r.stderr  # Ray itself retried that address for minutes
+    assert "Traceback" not in r.stderr
