@@ -4,6 +4,7 @@ are in BENCHMARKS.md; these check that what the tools print is what they measure
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -135,3 +136,111 @@ def test_the_radar_gun_probe_plays_a_checkpoint_at_the_arc_asked(tmp_path):
     assert p.returncode == 0, p.stderr
     point = json.loads(p.stdout.strip().splitlines()[-1])["curves"]["r"][-1]
     assert point["env_kwargs"] == '{"max_ticks": 24}' and point["eval_env_kwargs"] == {"radar_arc": 360}
+
+
+# --- hostile input: one line naming what is wrong, no traceback, before any long work -------------
+def tiny_run(d, env, *extra):
+    """A real run's weights dir in seconds, with its step checkpoints."""
+    subprocess.run([sys.executable, "-m", "sacbot", "run", "--env", env, *extra, "--pace", "lockstep", "--steps",
+                    "30", "--hidden", "8", "--batch-size", "2", "--seq-len", "4", "--learning-starts", "4",
+                    "--calib-updates", "2", "--burn-in", "0", "--save-interval", "10", "--keep-last", "10",
+                    "--weights-path", str(d / "w"), "--run-dir", str(d / "run"), "--quiet"],
+                   check=True, capture_output=True, timeout=100)
+    return d / "w"
+
+
+@pytest.fixture(scope="module")
+def radar_w(tmp_path_factory):
+    return tiny_run(tmp_path_factory.mktemp("radar"), "sacbot/TankDuelRadar-v0", "--env-kwargs", '{"max_ticks": 12}')
+
+
+@pytest.fixture(scope="module")
+def pendulum_w(tmp_path_factory):
+    return tiny_run(tmp_path_factory.mktemp("pendulum"), "Pendulum-v1")
+
+
+def run_tool(name, *args, **kw):
+    p = subprocess.run([sys.executable, str(TOOLS / f"{name}.py"), *map(str, args)], capture_output=True,
+                       text=True, timeout=100, **kw)
+    assert "Traceback" not in p.stderr, p.stderr
+    return p
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--random", "nobody"], "--random: unknown opponent(s) nobody; known: sitting_duck"),
+    (["--train", "--steps", "-5"], "--steps wants an integer >= 1"),
+    (["--train", "--save-every", "0"], "--save-every wants an integer >= 1"),
+    (["--train", "--opponents", "nobody"], "--opponents: unknown opponent(s) nobody"),
+    (["--train", "--env", "Pendulum-v1"], "--env wants one of sacbot/TankDuel-v0, sacbot/TankDuelRadar-v0"),
+])
+def test_bench_tankduel_refuses_bad_flags_before_training(args, says, tmp_path):
+    p = run_tool("bench_tankduel", *args, "--episodes", "1", env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert p.returncode == 2 and says in p.stderr, p.stderr
+    assert os.listdir(tmp_path) == []  # no training started
+
+
+def test_bench_tankduel_shows_a_failed_training_runs_message_and_removes_its_dir(tmp_path):
+    # a seed the tool passes through, which sacbot run refuses
+    p = run_tool("bench_tankduel", "--train", "--steps", "1", "--seed", "-1", "--opponents", "sitting_duck",
+                 env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert p.returncode == 2, p.stderr
+    assert "training sacbot against sitting_duck failed (exit 2)" in p.stderr and "seed = -1" in p.stderr
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.timeout(120)
+def test_bench_tankduel_refuses_runs_it_cannot_evaluate(pendulum_w, radar_w, tmp_path):
+    p = run_tool("bench_tankduel", "--runs", f"a={pendulum_w}", "--episodes", "1")
+    assert p.returncode == 2 and "--runs a:" in p.stderr and "trained on Pendulum-v1" in p.stderr, p.stderr
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "sac_step_5.zip").write_bytes(b"not a zip")
+    p = run_tool("bench_tankduel", "--runs", f"b={bad}", "--episodes", "1")
+    assert p.returncode == 1 and p.stderr.strip().splitlines() == [
+        f"bench_tankduel: {bad / 'sac_step_5.zip'}: unreadable checkpoint (BadZipFile: File is not a zip file)"]
+    p = run_tool("bench_tankduel", "--runs", f"r={radar_w}", "--episodes", "1", "--eval-env-kwargs",
+                 '{"observation": "full"}')
+    assert p.returncode == 2 and "observation='full' changes what the actor trained with" in p.stderr, p.stderr
+
+
+@pytest.mark.timeout(120)
+def test_the_radar_gun_probe_refuses_checkpoints_and_kwargs_it_cannot_play(pendulum_w, radar_w, tmp_path):
+    junk = tmp_path / "junk.zip"
+    junk.write_bytes(b"not a zip")
+    p = run_tool("probe_radar_gun", "--runs", f"a={junk}")
+    assert p.returncode == 1 and p.stderr.strip().splitlines() == [
+        f"probe_radar_gun: {junk}: unreadable checkpoint (BadZipFile: File is not a zip file)"]
+    p = run_tool("probe_radar_gun", "--runs", f"a={pendulum_w / 'sac_latest.zip'}")
+    assert p.returncode == 2 and "trained on Pendulum-v1, not sacbot/TankDuelRadar-v0" in p.stderr, p.stderr
+    ckpt = radar_w / "sac_latest.zip"
+    for kwargs, says in (('{"bogus": 1}', "does not make a's env"),
+                         ('{"observation": "full"}', "observation='full' changes what the actor trained with"),
+                         ('{"gun_control": "aim"}', "gun_control='aim' changes what the actor trained with")):
+        p = run_tool("probe_radar_gun", "--runs", f"a={ckpt}", "--env-kwargs", kwargs)
+        assert p.returncode == 2 and says in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--random", "--opponent", "nobody"], "--opponent: unknown opponent 'nobody'; known: sitting_duck"),
+    (["--random", "--every", "0"], "--every wants an integer >= 1"),
+    (["--random", "--seed", "-1"], "--seed wants an integer >= 0"),
+    (["--random", "--max-ticks", "-1"], "--max-ticks wants an integer >= 1"),
+    (["--random", "--out", "{tmp}"], "--out wants a file name ending in .gif"),
+    (["--random", "--out", "{tmp}/x.txt"], "--out wants a file name ending in .gif"),
+    (["--random", "--out", "{tmp}/nodir/x.gif"], "--out wants a .gif file in an existing directory"),
+])
+def test_render_episode_refuses_bad_flags_before_playing(args, says, tmp_path):
+    pytest.importorskip("PIL", reason="Pillow (plot extra) is not installed")
+    p = run_tool("render_episode", *(s.format(tmp=tmp_path) for s in args))
+    assert p.returncode == 2 and says in p.stderr, p.stderr
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.timeout(120)
+def test_render_episode_plays_in_the_checkpoints_own_env(pendulum_w, radar_w, tmp_path):
+    pytest.importorskip("PIL", reason="Pillow (plot extra) is not installed")
+    out = tmp_path / "radar.gif"
+    p = run_tool("render_episode", "--weights", radar_w / "sac_latest.zip", "--max-ticks", "6", "--out", out)
+    assert p.returncode == 0 and "6 ticks" in p.stdout and out.stat().st_size > 0, p.stderr
+    p = run_tool("render_episode", "--weights", pendulum_w / "sac_latest.zip", "--out", tmp_path / "p.gif")
+    assert p.returncode == 2 and "trained on Pendulum-v1; only the TankDuel envs" in p.stderr, p.stderr

@@ -41,3 +41,27 @@ def test_cli_writes_pngs_and_fails_clearly_on_an_empty_dir(tmp_path):
     empty.mkdir()
     r = subprocess.run([sys.executable, TOOL, str(empty)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "no episodes.jsonl" in r.stderr
+
+
+def test_lines_the_panels_cannot_draw_are_skipped_by_name(tmp_path, capsys):
+    import shutil
+
+    shutil.copytree(FIXTURE, tmp_path, dirs_exist_ok=True)
+    with open(tmp_path / "episodes.jsonl", "ab") as fh:  # after the fixture's 7 lines
+        fh.write(b'\xff\xfe not utf-8\n{"episode": 9, "return": "x"}\n[1]\n{"episode": 10}\n')
+    with open(tmp_path / "training_metrics.jsonl", "a") as fh:
+        fh.write('{"grad_steps": 5, "drops": 3}\n')
+    figs = pm.figures(str(tmp_path))
+    assert len(figs["returns"].axes[0].lines[0].get_xdata()) == 7  # the good episodes, all of them
+    err = capsys.readouterr().err
+    for says in ("malformed line 8 of", "line 9 of", "'return' is not a number", "line 10 of",
+                 "not a JSON object", "line 11 of", "no 'return'", "'drops' is not an object"):
+        assert says in err, err
+
+
+def test_cli_refuses_an_out_that_is_a_file(tmp_path):
+    out = tmp_path / "plots"
+    out.write_text("")
+    r = subprocess.run([sys.executable, TOOL, FIXTURE, "--out", str(out)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and f"{out} exists and is not a directory" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -44,8 +45,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import sacbot.envs  # noqa: E402,F401 - registers TankDuel
 from sacbot import checkpoint as ck  # noqa: E402
 from sacbot import policy  # noqa: E402
+from sacbot.envs.tank_duel import OPPONENTS  # noqa: E402
 
 SEED0 = 10_000  # eval episodes use seeds SEED0 + k, apart from training's 0, 1, 2, ...
+# play() reads the duel's info (opponent, won): no other env can be evaluated here.
+TANKDUEL_ENVS = ("sacbot/TankDuel-v0", "sacbot/TankDuelRadar-v0")
+# Kwargs that change what the actor reads (the observation's layout) or what its gun action
+# means: an actor played under others than it trained with is another function, or fails.
+LAYOUT_KWARGS = ("observation", "gun_control")
 
 
 def play(env: gym.Env, act, episodes: int) -> dict:
@@ -95,6 +102,17 @@ def eval_env(cfg: dict, overrides: dict) -> gym.Env:
     return env
 
 
+def layout_change(cfg: dict, overrides: dict) -> str | None:
+    """Which of ``overrides`` changes the observation layout or gun control the checkpoint
+    (its ``cfg``) trained with, as a message; None if none does."""
+    trained = {**gym.spec(cfg["env"]).kwargs, **json.loads(cfg.get("env_kwargs") or "{}")}
+    for key in LAYOUT_KWARGS:
+        if key in overrides and overrides[key] != trained.get(key):
+            return (f"{key}={overrides[key]!r} changes what the actor trained with "
+                    f"({key}={trained.get(key)!r} in {cfg['env']})")
+    return None
+
+
 def random_fn(seed: int):
     rng = np.random.default_rng(seed)
     return lambda obs, state: (rng.uniform(-1, 1, 4).astype(np.float32), None)
@@ -112,7 +130,15 @@ def train(a) -> list[str]:
                    "--no-save-replay", "--quiet", "--run-dir", os.path.join(d, "run"),
                    "--weights-path", os.path.join(d, "w"), *(["--memoryless"] if variant == "memoryless" else [])]
             print("training: " + " ".join(cmd), file=sys.stderr, flush=True)
-            subprocess.run(cmd, check=True, capture_output=True)
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                # The child's own message says what was wrong (captured: its progress is noise here);
+                # its half-written run is of no use.
+                shutil.rmtree(d, ignore_errors=True)
+                tail = "\n".join(r.stderr.strip().splitlines()[-5:])
+                print(f"bench_tankduel: training {variant} against {opp} failed (exit {r.returncode}):\n{tail}",
+                      file=sys.stderr)
+                sys.exit(r.returncode if r.returncode > 0 else 1)
             specs.append(f"{variant}-{opp}={os.path.join(d, 'w')}")
     return specs
 
@@ -164,6 +190,15 @@ def main() -> int:
     p.add_argument("--save-every", type=int, default=2500, help="with --train: gradient steps between points")
     p.add_argument("--seed", type=int, default=0, help="with --train")
     a = p.parse_args()
+    for flag, value in (("--episodes", a.episodes), ("--steps", a.steps), ("--save-every", a.save_every)):
+        if value < 1:
+            p.error(f"{flag} wants an integer >= 1, got {value}")
+    if a.env is not None and a.env not in TANKDUEL_ENVS:
+        p.error(f"--env wants one of {', '.join(TANKDUEL_ENVS)}, got {a.env!r}")
+    for flag, opps in (("--opponents", a.opponents if a.train else []), ("--random", a.random)):
+        unknown = [o for o in opps if o not in OPPONENTS]
+        if unknown:
+            p.error(f"{flag}: unknown opponent(s) {', '.join(unknown)}; known: {', '.join(sorted(OPPONENTS))}")
     out: dict = {"bench": "tankduel", "episodes": a.episodes, "curves": {}, "random": {}}
     random_env = a.env or "sacbot/TankDuel-v0"
     a.env = a.env or "sacbot/TankDuelRadar-v0"
@@ -171,21 +206,39 @@ def main() -> int:
     from tools.bench_learning import checkpoint_config
 
     checks = [({"env": a.env}, "--train")] if a.train else []
+    checks += [({"env": random_env}, "--random")] if a.random else []
     for spec in a.runs:
         name, sep, wdir = spec.partition("=")
         if not sep or not os.path.isdir(wdir):
             p.error(f"--runs wants NAME=WEIGHTS_DIR with an existing directory, got {spec!r}")
         if not ck.step_files(wdir):
             p.error(f"{wdir}: no sac_step_<N>.zip files (train with --keep-last large enough)")
-        checks.append((checkpoint_config(ck.step_files(wdir)[0][1]), name))
+        # Every point's manifest, before any is played: a wrong or unreadable file stops nothing half-way.
+        for _, path in ck.step_files(wdir):
+            try:
+                cfg = checkpoint_config(path)
+            except ck.CheckpointError as e:
+                print(f"bench_tankduel: {e}", file=sys.stderr)
+                return 1
+            if cfg.get("env") not in TANKDUEL_ENVS:
+                p.error(f"--runs {name}: {path} trained on {cfg.get('env')}; only the TankDuel envs "
+                        f"({', '.join(TANKDUEL_ENVS)}) can be evaluated")
+        checks.append((cfg, name))
     for cfg, what in checks if a.eval_env_kwargs else ():
+        why = layout_change(cfg, a.eval_env_kwargs) if what != "--random" else None  # random reads nothing
+        if why:
+            p.error(f"--eval-env-kwargs: {why}, for {what}")
         try:
             eval_env(cfg, a.eval_env_kwargs).close()
         except (TypeError, ValueError) as e:
             p.error(f"--eval-env-kwargs {json.dumps(a.eval_env_kwargs)} does not make {what}'s env: {e}")
     for spec in list(a.runs) + (train(a) if a.train else []):
         name, _, wdir = spec.partition("=")
-        out["curves"][name] = evaluate_run(name, wdir, a)
+        try:
+            out["curves"][name] = evaluate_run(name, wdir, a)
+        except ck.CheckpointError as e:  # a file changed since it was checked, or a --train run's
+            print(f"bench_tankduel: {e}", file=sys.stderr)
+            return 1
     for opp in a.random:
         env = gym.make(random_env, **{**a.eval_env_kwargs, "opponents": [opp]})
         r = play(env, random_fn(0), a.episodes)

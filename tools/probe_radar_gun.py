@@ -34,7 +34,7 @@ from sacbot import checkpoint as ck  # noqa: E402
 from sacbot import policy  # noqa: E402
 from sacbot.envs.tank_duel import _bearing, _wrap  # noqa: E402
 from tools.bench_learning import checkpoint_config  # noqa: E402
-from tools.bench_tankduel import SEED0, eval_env, json_object  # noqa: E402
+from tools.bench_tankduel import SEED0, eval_env, json_object, layout_change  # noqa: E402
 
 
 def gun_error_deg(env) -> float:
@@ -116,6 +116,23 @@ def main() -> int:
     for spec, (_, sep, path) in zip(a.runs, runs):
         if not sep or not os.path.isfile(path):
             p.error(f"--runs wants NAME=CHECKPOINT with an existing file, got {spec!r}")
+    # Each checkpoint, and the env it is played in, before any is played.
+    for name, _, path in runs:
+        try:
+            cfg = checkpoint_config(path)
+        except ck.CheckpointError as e:
+            print(f"probe_radar_gun: {e}", file=sys.stderr)
+            return 1
+        if cfg.get("env") != "sacbot/TankDuelRadar-v0":
+            p.error(f"--runs {name}: {path} trained on {cfg.get('env')}, not sacbot/TankDuelRadar-v0 (the probe "
+                    "reads the radar observation's 'seen' field, index 11)")
+        why = layout_change(cfg, a.env_kwargs)
+        if why:
+            p.error(f"--env-kwargs: {why}, for {name}")
+        try:
+            eval_env(cfg, {**a.env_kwargs, "radar_arc": a.arc}).close()
+        except (TypeError, ValueError) as e:
+            p.error(f"--env-kwargs {json.dumps(a.env_kwargs)} does not make {name}'s env: {e}")
     out = {"probe": "radar_gun", "arc": a.arc, "runs": {}}
     for name, _, path in runs:
         r = probe(path, a.arc, a.episodes, a.env_kwargs)

@@ -10,7 +10,7 @@ Needs Pillow (the ``plot`` extra: pip install -e '.[plot]').
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
 
 import numpy as np
@@ -27,38 +27,53 @@ def main() -> int:
     p.add_argument("--every", type=int, default=2, help="keep every Nth frame (GIF size)")
     p.add_argument("--out", default="episode.gif")
     a = p.parse_args()
+    # Everything a bad flag breaks is checked here, before the episode is played.
+    for flag, value, least in (("--seed", a.seed, 0), ("--max-ticks", a.max_ticks, 1), ("--every", a.every, 1)):
+        if value < least:
+            p.error(f"{flag} wants an integer >= {least}, got {value}")
+    if not a.out.lower().endswith(".gif"):
+        p.error(f"--out wants a file name ending in .gif, got {a.out!r}")
+    parent = os.path.dirname(a.out) or "."
+    if os.path.isdir(a.out) or not os.path.isdir(parent):
+        p.error(f"--out wants a .gif file in an existing directory, got {a.out!r}")
     try:
         from PIL import Image
     except ImportError:
         print("render_episode: Pillow is not installed; install the plot extra: pip install -e '.[plot]'",
               file=sys.stderr)
         return 2
-    import gymnasium as gym
+    from bench_tankduel import TANKDUEL_ENVS, eval_env  # this script's own directory: tools/
 
     import sacbot.envs  # noqa: F401 - registers TankDuel
     from sacbot import policy
     from sacbot.checkpoint import CheckpointError, load_actor, read_checkpoint
+    from sacbot.envs.tank_duel import OPPONENTS
 
-    # The duel the bot trained in (its env kwargs, e.g. gun_control), against --opponent.
-    kwargs: dict = {}
+    if a.opponent not in OPPONENTS:
+        p.error(f"--opponent: unknown opponent {a.opponent!r}; known: {', '.join(sorted(OPPONENTS))}")
+    # The duel the bot trained in (its env and kwargs, e.g. gun_control), against --opponent.
+    cfg: dict = {"env": "sacbot/TankDuel-v0"}
     params = st = None
     memoryless = False
     if a.weights:
         try:
             params = policy.build_params(load_actor(a.weights))
             cfg = read_checkpoint(a.weights, entries=("actor",))["manifest"].get("config", {})
-            kwargs = json.loads(cfg.get("env_kwargs") or "{}")
         except (CheckpointError, OSError, ValueError) as e:
             print(f"render_episode: cannot load {a.weights}: {e}", file=sys.stderr)
             return 1
+        if cfg.get("env") not in TANKDUEL_ENVS:
+            p.error(f"--weights {a.weights} trained on {cfg.get('env')}; only the TankDuel envs "
+                    f"({', '.join(TANKDUEL_ENVS)}) can be rendered")
         memoryless = bool(cfg.get("memoryless"))
         st = policy.initial_state(params)
-    kwargs.update(opponents=[a.opponent], schedule="fixed", max_ticks=a.max_ticks)
-    env = gym.make("sacbot/TankDuel-v0", render_mode="rgb_array", **kwargs)
-    if params is not None and cfg.get("reward_input"):  # the actor reads the previous reward too
-        from bench_learning import with_reward_input  # this script's own directory: tools/
-
-        env = with_reward_input(env)
+    # eval_env appends the previous reward to the observation where the actor trained so.
+    try:
+        env = eval_env(cfg, {"opponents": [a.opponent], "schedule": "fixed", "max_ticks": a.max_ticks,
+                             "render_mode": "rgb_array"})
+    except (TypeError, ValueError) as e:  # the manifest's env_kwargs: not JSON, or not this env's
+        print(f"render_episode: cannot make {a.weights}'s env {cfg['env']}: {e}", file=sys.stderr)
+        return 1
     obs, _ = env.reset(seed=a.seed)
     rng = np.random.default_rng(a.seed)
     frames, ret, done, t = [], 0.0, False, 0
