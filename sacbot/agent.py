@@ -22,6 +22,7 @@ In eval mode (``cfg.eval_mode``) actions are deterministic and nothing is sent o
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -38,7 +39,16 @@ from .assemble import AssembleError, assemble, make_dir
 from .config import Config
 from .files import append_jsonl
 from .liveness import Heartbeat, RoundCounter
-from .messages import MessageError, NewEpisode, Transition, check_flag, check_reward, check_vector
+from .messages import (
+    MAX_ABS_OBS,
+    MessageError,
+    NewEpisode,
+    Transition,
+    check_flag,
+    check_opponent,
+    check_reward,
+    check_vector,
+)
 
 
 def _log_line(message: str) -> None:
@@ -59,6 +69,11 @@ def space_dims(obs_space: gym.Space, action_space: gym.Space) -> tuple[int, int]
     if not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
         raise AgentError(f"action space {action_space} is unbounded: SAC squashes actions with "
                          "tanh and needs finite low/high")
+    with np.errstate(over="ignore", invalid="ignore"):  # the acting policy scales in float32
+        span = (action_space.high.astype(np.float32) - action_space.low.astype(np.float32)) / 2
+    if not np.isfinite(span).all():
+        raise AgentError(f"action space {action_space} is too wide: its bounds must be finite as float32 and "
+                         "(high - low) too, or act() would return inf/NaN; rescale the actions")
     return int(np.prod(obs_space.shape)), int(action_space.shape[0])
 
 
@@ -130,6 +145,7 @@ class Agent:
             self.rng.bit_generator.state = json.loads(start.acting_rng)
         self.rounds = None if self.eval_mode else RoundCounter(cfg.round_counter_path)
         self.pstate = policy.initial_state(self.params)
+        _OPEN.add(self)  # closed at exit if the program does not (see _close_forgotten)
 
     @property
     def episode_index(self) -> int:
@@ -221,7 +237,7 @@ class Agent:
             self._calls.release()
 
     def _new_episode(self, opponent) -> None:
-        self.opponent = str(opponent)
+        self.opponent = check_opponent(opponent)
         self.episodes_started += 1
         self.pstate = policy.initial_state(self.params)
         self._last_obs = None
@@ -284,7 +300,7 @@ class Agent:
 
     def _check_obs(self, obs, name: str) -> np.ndarray:
         try:
-            return check_vector(name, obs, self.obs_dim, shape=self.obs_shape)
+            return check_vector(name, obs, self.obs_dim, shape=self.obs_shape, max_abs=MAX_ABS_OBS)
         except MessageError as e:
             raise MessageError(f"{e} (observation space shape {self.obs_shape}; "
                                "did the environment produce NaN/inf or the wrong shape?)") from None
@@ -323,6 +339,7 @@ class Agent:
         if self._closed:
             return self.status()
         self._closed = True
+        _OPEN.discard(self)
         if self.learner is not None:
             final = self.learner.close(json.dumps(self.rng.bit_generator.state), timeout=deadline)
             self.final_save = final.get("final_save") or {"ok": False, "error": "the learner did not report"}
@@ -337,6 +354,27 @@ class Agent:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# Agents not yet closed.  A program that ends without close() (a game that returns from main, a
+# sys.exit) would otherwise lose everything since the last periodic save, and the training thread,
+# still inside torch as the interpreter finalizes, aborts the process (SIGABRT).
+_OPEN: set[Agent] = set()
+
+
+@atexit.register
+def _close_forgotten() -> None:
+    """At interpreter exit, after the main thread has returned: close every Agent the program did
+    not, with its final save, and say so."""
+    for agent in list(_OPEN):
+        # A warning, not agent.log: a script that never configured logging still shows it.
+        logging.getLogger("sacbot").warning(
+            "an Agent was still open at exit; closing it now (final save). Call close(), or use "
+            "`with Agent(...) as agent:`, to close it where the game ends")
+        try:
+            agent.close()
+        except Exception as e:  # noqa: BLE001 - the next Agent still gets its close
+            logging.getLogger("sacbot").error("closing an Agent at exit failed: %s: %s", type(e).__name__, e)
 
 
 class LatencyWindow:

@@ -67,12 +67,7 @@ def check(cfg: Config, a: ClusterArgs) -> None:
 
 def run_cluster(cfg: Config, a: ClusterArgs, stop: threading.Event) -> int:
     check(cfg, a)
-    if not a.address:
-        # A local instance listens on the loopback address only, so nothing outside this machine
-        # can reach it.  Ray reads this when it is imported: with it off, Ray takes 127.0.0.1 as the
-        # node's address instead of the address other machines would use.  (Ray >= 2.59 also
-        # protects the instance with a token, kept in ~/.ray/auth_token.)
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    unreachable = prepare_address(a.address)
     ray = require_ray()
     from .envcheck import check_env
 
@@ -98,8 +93,7 @@ def run_cluster(cfg: Config, a: ClusterArgs, stop: threading.Event) -> int:
     # ray.init installs a SIGTERM handler that ends the driver at once: put ours back, so a
     # SIGTERM stops the bots and makes the learner's final save like SIGINT does.
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    if a.address and (unreachable := _unreachable(a.address)):
-        # Ray retries a dead address for minutes, printing C++ warnings, before it gives up.
+    if unreachable:
         log.error("cannot join the Ray cluster at %r: %s", a.address, unreachable)
         return 1
     try:
@@ -120,9 +114,20 @@ def run_cluster(cfg: Config, a: ClusterArgs, stop: threading.Event) -> int:
         ray.shutdown()
 
 
-def _unreachable(address: str) -> str | None:
-    """Why nothing can answer at a ``host:port`` (or ``ray://host:port``) address, or None when
-    something accepts a connection there (or the address is ``auto`` or not host:port: Ray decides)."""
+def prepare_address(address: str | None) -> str | None:
+    """Before Ray is imported: set what a local or loopback address needs, and say why nothing can
+    answer at ``address`` (None when something may: it is empty for a local instance, ``auto``,
+    or something accepts a connection there).  Ray retries a dead address for minutes, printing
+    C++ warnings, before it gives up; this says so at once.  (``tools/join_cluster.py`` uses it too.)"""
+    if not address or address.startswith(("127.", "localhost", "ray://127.", "ray://localhost")):
+        # A local instance listens on the loopback address only, so nothing outside this machine
+        # can reach it.  Ray reads this when it is imported: with it off, Ray takes 127.0.0.1 as the
+        # node's address instead of the address other machines would use (and, joining, rewrites
+        # 127.0.0.1 into that address, where nothing listens).  (Ray >= 2.59 also protects the
+        # instance with a token, kept in ~/.ray/auth_token.)
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    if not address:
+        return None
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not port.isdigit() or not host:
         return None

@@ -93,10 +93,18 @@ _F32_MAX = float(np.finfo(np.float32).max)
 # within a few updates.  1e9 keeps (100 r)^2 times a batch of thousands inside float32 by many
 # orders of magnitude; a game whose scores are larger should scale its rewards.
 MAX_ABS_REWARD = 1e9
+# Observations past this kill the learner the same way (3e38 in a 4-value observation gave NaN
+# gradients within 16 steps) and, long before, saturate every unit the first layer feeds: no game
+# state needs them, and a FLT_MAX "no target" sentinel should be mapped to something small.
+MAX_ABS_OBS = 1e9
+MAX_OPPONENT_CHARS = 256  # an identity key, written into every episode line and checkpoint
 
 
-def check_vector(name: str, x, dim: int, shape: tuple[int, ...] | None = None) -> np.ndarray:
+def check_vector(name: str, x, dim: int, shape: tuple[int, ...] | None = None,
+                 max_abs: float | None = None) -> np.ndarray:
     """``x`` as a finite float32 vector of ``dim`` values, or a MessageError naming the problem.
+    Always a copy: a game loop that refills one buffer every tick must not rewrite what was stored.
+    ``max_abs`` bounds each value's size (observations: ``MAX_ABS_OBS``).
 
     ``shape`` is the shape the caller's space promises (a Box observation of any rank); without
     it, ``x`` must be ``(dim,)``.  Numbers only: numeric strings and complex values are refused
@@ -114,11 +122,16 @@ def check_vector(name: str, x, dim: int, shape: tuple[int, ...] | None = None) -
     if raw.shape != want:
         raise MessageError(f"{name} has shape {raw.shape}, expected {want}")
     with np.errstate(over="ignore", invalid="ignore"):
-        a = raw.astype(np.float32, copy=False).reshape(-1)
+        a = raw.astype(np.float32, copy=True).reshape(-1)
     if not np.isfinite(a).all():
         bad = np.flatnonzero(~np.isfinite(a))[:5].tolist()
         raise MessageError(f"{name} has non-finite values (as float32: |x| <= {_F32_MAX:.3g}) "
                            f"at indices {bad}: {raw.reshape(-1)[bad].tolist()}")
+    if max_abs is not None and (np.abs(a) > max_abs).any():
+        bad = np.flatnonzero(np.abs(a) > max_abs)[:5].tolist()
+        raise MessageError(f"{name} has values above {max_abs:.0e} in size at indices {bad}: "
+                           f"{raw.reshape(-1)[bad].tolist()} (they saturate the networks and overflow "
+                           "their gradients; scale the observation, or map sentinels to small values)")
     return a
 
 
@@ -131,10 +144,34 @@ def check_reward(reward) -> float:
         r = float(reward)
     except (TypeError, ValueError):
         raise MessageError(f"reward must be a finite number, got {reward!r}") from None
+    except OverflowError:  # an int too large for a float (10**400)
+        raise MessageError(f"reward must be finite with |r| <= {MAX_ABS_REWARD:.0e}, got an integer of "
+                           f"{len(str(abs(reward)))} digits") from None
     if not (np.isfinite(r) and abs(r) <= MAX_ABS_REWARD):
         raise MessageError(f"reward must be finite with |r| <= {MAX_ABS_REWARD:.0e} (larger ones overflow the "
                            f"critic's float32 losses; scale the game's rewards), got {reward!r}")
     return r
+
+
+def check_opponent(opponent) -> str:
+    """An opponent's identity key: a str (or an int id, as its decimal text) that encodes as UTF-8,
+    of at most ``MAX_OPPONENT_CHARS``.  Any other object's ``str()`` may hold a memory address, a
+    new "opponent" every episode, and each change clears the bot's replay; a lone surrogate
+    cannot be written into a checkpoint, so every save would fail."""
+    if isinstance(opponent, int | np.integer) and not isinstance(opponent, bool | np.bool_):
+        return str(int(opponent))
+    if not isinstance(opponent, str):
+        raise MessageError(f"opponent must be a str (a stable name) or an int id, got {type(opponent).__name__} "
+                           f"{opponent!r:.80}")
+    try:
+        opponent.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise MessageError(f"opponent {opponent!r:.80} is not valid text ({e.reason} at {e.start}); it would "
+                           "make every checkpoint unwritable") from None
+    if len(opponent) > MAX_OPPONENT_CHARS:
+        raise MessageError(f"opponent is {len(opponent)} characters, at most {MAX_OPPONENT_CHARS} accepted "
+                           "(an identity key, not a description)")
+    return opponent
 
 
 def check_flag(name: str, value) -> bool:
@@ -150,8 +187,8 @@ def check_flag(name: str, value) -> bool:
 def make_transition(obs, action, reward, next_obs, terminated, truncated, *, obs_dim: int,
                     act_dim: int) -> Transition:
     """Validate at the acting boundary: float32, shapes as the spaces say, finite."""
-    return Transition(check_vector("obs", obs, obs_dim), check_vector("action", action, act_dim),
-                      check_reward(reward), check_vector("next_obs", next_obs, obs_dim),
+    return Transition(check_vector("obs", obs, obs_dim, max_abs=MAX_ABS_OBS), check_vector("action", action, act_dim),
+                      check_reward(reward), check_vector("next_obs", next_obs, obs_dim, max_abs=MAX_ABS_OBS),
                       check_flag("terminated", terminated), check_flag("truncated", truncated))
 
 
@@ -228,7 +265,7 @@ def _from_body(body) -> Message:
         if kind == "B" and len(body) == 7:
             return _block(*body[1:])
         if kind == "N" and len(body) == 2 and isinstance(body[1], str):
-            return NewEpisode(body[1])
+            return NewEpisode(check_opponent(body[1]))
         if kind == "S" and len(body) == 2 and isinstance(body[1], str):
             return Shutdown(body[1])
     except (TypeError, IndexError, KeyError, ValueError) as e:

@@ -38,7 +38,17 @@ import uuid
 from .channels import transitions_in
 from .config import Config, ConfigError
 from .learner import LearnerLink, LearnerSpec
-from .messages import MAX_ABS_REWARD, MessageError, Transition, Transitions, decode_batch, encode_batch, pack, unpack
+from .messages import (
+    MAX_ABS_OBS,
+    MAX_ABS_REWARD,
+    MessageError,
+    Transition,
+    Transitions,
+    decode_batch,
+    encode_batch,
+    pack,
+    unpack,
+)
 
 log = logging.getLogger("sacbot")
 NAMESPACE = "sacbot"
@@ -215,8 +225,10 @@ class LearnerServer:
                     return (f"transition shapes {m.obs.shape[len(lead):]}/{m.action.shape[len(lead):]}, the "
                             f"learner's spaces are ({d},)/({a},)")
                 if not (np.isfinite(m.obs).all() and np.isfinite(m.next_obs).all() and np.isfinite(m.action).all()
-                        and np.isfinite(m.reward).all() and (np.abs(m.reward) <= MAX_ABS_REWARD).all()):
-                    return f"non-finite values, or a reward above {MAX_ABS_REWARD:.0e} in size"
+                        and np.isfinite(m.reward).all() and (np.abs(m.reward) <= MAX_ABS_REWARD).all()
+                        and (np.abs(m.obs) <= MAX_ABS_OBS).all() and (np.abs(m.next_obs) <= MAX_ABS_OBS).all()):
+                    return (f"non-finite values, or a reward above {MAX_ABS_REWARD:.0e} or an observation value "
+                            f"above {MAX_ABS_OBS:.0e} in size")
         return None
 
     def spaces(self) -> tuple[int, int]:

@@ -93,6 +93,16 @@ def test_a_cluster_trains_survives_kills_of_a_bot_and_the_learner_and_closes_on_
         assert len(windows) >= 256 and all(len(w) == 1 for w in windows)
         assert {w[0] for w in windows} == {0, 1}  # both bots' experience is in it
 
+        # An external game process joins by address and plays on the cluster's learner's weights
+        # (tools/join_cluster.py, the issue's example script).
+        tool = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "join_cluster.py")
+        j = subprocess.run([sys.executable, tool, "--address", st["ray_address"], "--source", "100", "--episodes",
+                            "1"], capture_output=True, text=True, timeout=120, env={**os.environ, **LOOPBACK},
+                           cwd=tmp_path)
+        assert j.returncode == 0, j.stderr[-3000:]
+        joined = json.loads(j.stdout.strip().splitlines()[-1])
+        assert joined["episodes"] == 1 and joined["policy_version"] > 0 and joined["drops"]["transition"] == 0
+
         # kill -9 of a bot's worker: Ray restarts it within 10 s; the learner is not disturbed.
         bot_pid = st["bots"]["0"]["pid"]
         version, learner_pid = st["policy_version"], st["learner_pid"]

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from helpers import ACT_SPACE, OBS_SPACE, StderrWatcher, dir_digests, play, small_cfg, wait_exit, wait_until
@@ -48,6 +49,16 @@ def checkpoints(wdir) -> dict[str, str]:
     (("observe", 0.0, np.zeros(3), 2, False), "terminated must be a bool"),
     (("act", np.zeros((1, 3))), r"shape \(1, 3\)"),
     (("act", "0 0 0"), "real numbers"),
+    # Finite in float32, but NaN gradients within a few steps (a FLT_MAX sentinel): the learner died.
+    (("act", np.full(3, 3e38, np.float32)), "values above 1e.09 in size"),
+    (("observe", 0.0, np.array([0.0, -2e9, 0.0]), False, False), "values above 1e.09 in size"),
+    (("observe", 10**400, np.zeros(3), False, False), "integer of 401 digits"),  # was a bare OverflowError
+    # An object's str() holds its address: a new opponent every episode, each one clearing the replay;
+    # a lone surrogate made every save fail.
+    (("new_episode", object()), "opponent must be a str"),
+    (("new_episode", "bot\udc80name"), "is not valid text"),
+    (("new_episode", b"tracker"), "opponent must be a str"),
+    (("new_episode", "x" * 300), "at most 256"),
 ])
 def test_garbage_from_the_game_loop_is_refused_and_never_reaches_the_learner(tmp_path, call, match):
     with Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE, **QUIET) as agent:
@@ -58,7 +69,56 @@ def test_garbage_from_the_game_loop_is_refused_and_never_reaches_the_learner(tmp
         with pytest.raises(MessageError, match=match):
             getattr(agent, name)(*args)
         assert agent.status()["env_steps_received"] == 0 and agent.sent == 0
+    assert agent.final_save["ok"]
 
+
+def test_a_game_that_refills_one_observation_buffer_does_not_rewrite_what_was_stored(tmp_path):
+    """check_vector handed back the caller's own float32 array, so every stored obs and next_obs
+    became the buffer's last value by the time the learner read them."""
+    cfg = small_cfg(tmp_path, pace="lockstep")
+    buf = np.zeros(3, np.float32)
+    with Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+        agent.new_episode()
+        for t in range(20):
+            buf[:] = t
+            agent.act(buf)
+            buf[:] = t + 1
+            agent.observe(0.0, buf, False, False)
+    arrays = read_checkpoint(os.path.join(cfg.weights_path, "sac_latest.zip"))["arrays"]
+    obs, nxt = arrays["replay.obs"][:20, 0], arrays["replay.next_obs"][:20, 0]
+    assert obs.tolist() == list(range(20)) and nxt.tolist() == list(range(1, 21))
+
+
+def test_an_opponent_given_as_an_int_id_is_its_decimal_text(tmp_path):
+    with Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+        agent.new_episode(7)
+        assert agent.opponent == "7"
+
+
+def test_an_action_space_too_wide_for_float32_is_refused_at_construction(tmp_path):
+    # act() returned inf (bounds of 3e38: high - low overflows) or NaN (1e300 in float64).
+    for box in (gym.spaces.Box(-3e38, 3e38, (1,), np.float32), gym.spaces.Box(-1e300, 1e300, (1,), np.float64)):
+        with pytest.raises(AgentError, match="too wide"):
+            Agent(small_cfg(tmp_path), OBS_SPACE, box, **QUIET)
+
+
+@pytest.mark.timeout(120)
+def test_a_program_that_ends_without_close_still_makes_the_final_save(tmp_path):
+    """It lost everything since the last periodic save, and aborted (SIGABRT, exit 134) as the
+    training thread met the interpreter's finalization."""
+    script = (f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+              "import numpy as np\n"
+              "from helpers import ACT_SPACE, OBS_SPACE, play, small_cfg\n"
+              "from sacbot.agent import Agent\n"
+              f"agent = Agent(small_cfg(__import__('pathlib').Path({str(tmp_path)!r}), save_interval=10**6), "
+              "OBS_SPACE, ACT_SPACE)\n"
+              "play(agent, 40)\n"
+              "raise SystemExit('game over, no close()')\n")
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=100)
+    assert p.returncode == 1, p.stderr  # SystemExit's message, not 134
+    assert "an Agent was still open at exit; closing it now (final save)" in p.stderr
+    final = read_checkpoint(str(tmp_path / "w" / "sac_latest.zip"))
+    assert final["manifest"]["env_steps"] == 40
 
 def test_integer_flags_and_observations_are_accepted(tmp_path):
     """Games that report 0/1 flags and integer observations are not refused."""

@@ -38,10 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     os.environ.setdefault("RAY_AUTH_MODE", "token")
-    if a.address.startswith("127.") or a.address.startswith("localhost"):
-        # sacbot cluster's local instance listens on loopback only; without this Ray would turn
-        # 127.0.0.1 into the machine's outside address, where nothing listens.
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    from sacbot.cluster import prepare_address
+
+    unreachable = prepare_address(a.address)  # before Ray is imported
+    if unreachable:
+        print(f"join_cluster: cannot join the Ray cluster at {a.address!r}: {unreachable}", file=sys.stderr)
+        return 1
     import ray
 
     from sacbot.agent import Agent
@@ -49,7 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     from sacbot.driver import make_env
     from sacbot.ray_cluster import LEARNER_NAME, NAMESPACE, RayLearnerClient
 
-    ray.init(address=a.address, namespace=NAMESPACE, log_to_driver=False)
+    try:
+        ray.init(address=a.address, namespace=NAMESPACE, log_to_driver=False)
+    except Exception as e:  # noqa: BLE001 - Ray's ConnectionError and friends: one line, not a trace
+        print(f"join_cluster: cannot join the Ray cluster at {a.address!r}: {e}", file=sys.stderr)
+        return 1
     try:
         learner = ray.get_actor(LEARNER_NAME, namespace=NAMESPACE)
     except ValueError:
