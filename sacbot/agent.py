@@ -223,7 +223,9 @@ class Agent:
             self.unsent += 1  # its episode's start did not get through
         if tr.terminated or tr.truncated:
             won = info.get("won") if info else None
-            self._end_episode(bool(won) if isinstance(won, bool | np.bool_) else None)
+            # A bool, or 0/1 as games often report it; anything else is no outcome.
+            ok = isinstance(won, bool | np.bool_) or (isinstance(won, int | np.integer) and won in (0, 1))
+            self._end_episode(bool(won) if ok else None)
 
     def new_episode(self, opponent: str = "") -> None:
         """Mark an episode start.  ``opponent`` is a stable identity key (name or id).

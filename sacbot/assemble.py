@@ -228,5 +228,11 @@ def _start_learner(cfg: Config, spec, ckpt: dict | None, path: str | None, lock:
         err = st.get("start_error") or st.get("last_error") or "the learner did not start in 300 s"
         if st.get("start_error_kind") == "config":
             raise ConfigError(f"{err}. Nothing in {cfg.weights_dir!r} was changed.")
+        if cfg.learner == "process" and not st.get("start_error"):
+            # The child died before it said anything.  Under spawn it imports the main module again: a
+            # script without the main guard runs its game (and this Agent) a second time in the child.
+            err = (f"the learner process exited with code {learner.proc.exitcode} before it started; a script "
+                   "that makes an Agent with learner='process' must do it under `if __name__ == \"__main__\":` "
+                   "(the child process imports the script again)")
         raise AssembleError(f"the learner could not start: {err}")
     return learner

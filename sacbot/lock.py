@@ -30,7 +30,10 @@ class LockHeld(RuntimeError):
 
     def __init__(self, directory: str, pid: int | None):
         self.directory, self.pid = directory, pid
-        who = f"process {pid}" if pid is not None else "another process (its PID is not recorded yet)"
+        if pid == os.getpid():  # flock is per open file: a second Agent in one process is refused too
+            who = "another Agent (or learner) in this same process"
+        else:
+            who = f"process {pid}" if pid is not None else "another process (its PID is not recorded yet)"
         super().__init__(f"weights directory {directory!r} is in use by {who}, another sacbot writer; "
                          "two writers would overwrite each other's checkpoints. Stop that process, or "
                          "pass another --weights-path")
