@@ -165,6 +165,11 @@ class Agent:
             self._calls.release()
 
     def _act(self, obs, t0: int) -> np.ndarray:
+        if self._last_obs is not None:
+            # The recurrent state has already stepped on the last obs: a second act() would step it
+            # again and drop that action's transition.
+            raise AgentError("act() again before observe(): each tick is act(obs), then observe(reward, next_obs, "
+                             "...) for that action (or new_episode() to abandon the episode)")
         x = self._with_reward(self._check_obs(obs, "obs"), self._prev_reward)
         if self.learner is not None:
             got = self.learner.pull(self.policy_version)  # an int compare unless there is news

@@ -89,7 +89,7 @@ def test_the_lock_is_released_on_close_and_by_the_context_manager(tmp_path):
 def test_two_locks_in_one_process_conflict_too(tmp_path):
     # Two Agents in one process on one directory are two writers as well.
     with WriterLock(str(tmp_path)):
-        with pytest.raises(LockHeld, match=f"process {os.getpid()}") as e:
+        with pytest.raises(LockHeld, match="another Agent \\(or learner\\) in this same process") as e:
             WriterLock(str(tmp_path)).acquire()
         assert isinstance(e.value, RuntimeError) and e.value.pid == os.getpid()
 

@@ -74,12 +74,12 @@ def main() -> None:
     for i in range(2000):
         agent.act(obs[i % 1024])
         agent.observe(0.0, obs[(i + 1) % 1024], False, False)
-        lags.append(agent.snapshot.version - agent.policy_version)
+        lags.append(agent.learner.snapshot.version - agent.policy_version)
     # Lock hold of publish and pull, with the learner's real export (quantized layout),
     # while the training thread keeps running.
     from sacbot.snapshot import SnapshotReader, WeightSnapshot
 
-    export = agent.trainer.state.learner.export_actor()
+    export = agent.learner.loop.state.learner.export_actor()
     snap, publish_holds, pull_holds = WeightSnapshot(), [], []
     reader = SnapshotReader(snap)
     snap.publish(export)
@@ -91,7 +91,7 @@ def main() -> None:
 
     # torch policy on the acting thread, same load
     torch.set_num_threads(1)
-    actor = agent.trainer.state.learner.actor
+    actor = agent.learner.loop.state.learner.actor
     tlat = []
     hc = None
     prev = torch.zeros(1, 1, 4)
@@ -121,7 +121,7 @@ def main() -> None:
             agent.act(obs[i % 1024])
             agent.observe(0.0, obs[(i + 1) % 1024], False, False)
         realtime[f"{tps}tps"] = {"ticks": a.ticks, "misses": misses, "miss_rate": misses / a.ticks,
-                                 "drops": agent.channel.drops}
+                                 "drops": agent.learner.drops()}
         print(json.dumps({"realtime": tps, **realtime[f"{tps}tps"]}), file=sys.stderr, flush=True)
     learner_steps = agent.status()["learner_steps"]
     agent.close()

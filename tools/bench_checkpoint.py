@@ -81,7 +81,15 @@ def step_times(hidden: int, every: int, blocks: int, block_steps: int, replay: b
     io.start()
     res: dict[str, list[float]] = {"no_saves": [], "saving": []}
     obs, act = np.zeros(st.replay.obs_dim, np.float32), np.zeros(st.replay.act_dim, np.float32)
-    offers = dropped = 0
+    offers = dropped = saves = 0
+    held: dict = {}  # replay chunks the writer already holds, from its results (as LearnerLoop._collect_io)
+
+    def collect() -> None:
+        nonlocal held, saves
+        for r in io.results():
+            held = r.get("held", held) if "error" not in r else {}
+            saves += "saved" in r
+
     for b in range(2 * blocks):
         mode = "saving" if b % 2 else "no_saves"
         for i in range(block_steps):
@@ -89,14 +97,16 @@ def step_times(hidden: int, every: int, blocks: int, block_steps: int, replay: b
             # UTD 1: a transition arrives per gradient step, so saves have new replay rows to carry
             st.replay.add(obs, act, 0.1, obs, False, False)
             st.learner.update(st.replay.sample(16, 32, st.rng))
-            if mode == "saving" and i % every == every - 1:  # what TrainingThread.offer_save does
+            if mode == "saving" and i % every == every - 1:  # what LearnerLoop._offer_save does
                 offers += 1
+                collect()
                 if slot.has_room():
-                    slot.offer(st.payload(with_replay=replay, since=slot.held))  # as offer_save
+                    slot.offer(st.payload(with_replay=replay, since=held))  # as LearnerLoop._offer_save
                 else:
                     dropped += 1
             res[mode].append((time.perf_counter() - t0) * 1e3)
     io.stop(60)
+    collect()
     out = {}
     for k, v in res.items():
         a = np.array(v)
@@ -104,7 +114,7 @@ def step_times(hidden: int, every: int, blocks: int, block_steps: int, replay: b
                   "n": len(a)}
     out["p99_ratio"] = round(out["saving"]["p99_ms"] / out["no_saves"]["p99_ms"], 3)
     out["p50_ratio"] = round(out["saving"]["p50_ms"] / out["no_saves"]["p50_ms"], 3)
-    out.update(offers=offers, offers_dropped_busy=dropped, saves_written=io.stats.saves, hidden=hidden,
+    out.update(offers=offers, offers_dropped_busy=dropped, saves_written=saves, hidden=hidden,
                replay_in_saves=replay)
     return out
 
