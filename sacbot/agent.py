@@ -154,7 +154,9 @@ class Agent:
 
     # --- the per-tick API ---------------------------------------------------------------
     def act(self, obs) -> np.ndarray:
-        """An action for ``obs``, inside the action space.  Never waits on learning."""
+        """An action for ``obs``, inside the action space.  Never waits on learning.  A second act()
+        before observe() drops the first action's step (nothing is recorded for it): an eval loop
+        may act alone, and a game loop whose observe() was refused goes on with the next tick."""
         t0 = time.perf_counter_ns()
         if self._closed:
             raise AgentError("act() after close()")
@@ -165,11 +167,6 @@ class Agent:
             self._calls.release()
 
     def _act(self, obs, t0: int) -> np.ndarray:
-        if self._last_obs is not None:
-            # The recurrent state has already stepped on the last obs: a second act() would step it
-            # again and drop that action's transition.
-            raise AgentError("act() again before observe(): each tick is act(obs), then observe(reward, next_obs, "
-                             "...) for that action (or new_episode() to abandon the episode)")
         x = self._with_reward(self._check_obs(obs, "obs"), self._prev_reward)
         if self.learner is not None:
             got = self.learner.pull(self.policy_version)  # an int compare unless there is news
@@ -367,6 +364,9 @@ class Agent:
 # sys.exit) would otherwise lose everything since the last periodic save, and the training thread,
 # still inside torch as the interpreter finalizes, aborts the process (SIGABRT).
 _OPEN: set[Agent] = set()
+# A forked child inherits the set but not the learners: closing its parent's Agents there would
+# write the parent's status.json with the child's PID and fail its "final save".
+os.register_at_fork(after_in_child=_OPEN.clear)
 
 
 @atexit.register
@@ -376,8 +376,8 @@ def _close_forgotten() -> None:
     for agent in list(_OPEN):
         # A warning, not agent.log: a script that never configured logging still shows it.
         logging.getLogger("sacbot").warning(
-            "an Agent was still open at exit; closing it now (final save). Call close(), or use "
-            "`with Agent(...) as agent:`, to close it where the game ends")
+            "an Agent was still open at exit; closing it now%s. Call close(), or use "
+            "`with Agent(...) as agent:`, to close it where the game ends", "" if agent.eval_mode else " (final save)")
         try:
             agent.close()
         except Exception as e:  # noqa: BLE001 - the next Agent still gets its close

@@ -185,17 +185,17 @@ def _train_locked(cfg, obs_dim, act_dim, spaces, log, lock: WriterLock) -> Start
     for p in ck.remove_stale_temps(cfg.weights_dir):  # safe: we hold the lock
         log(f"sacbot: removed stale temp file {p}")
     had_files = bool(ck.candidates(cfg.weights_dir, cfg.latest_name))
-    if cfg.no_fresh_start and had_files:
-        _check_loadable(cfg, obs_dim, act_dim)  # refuse before the load below sets bad files aside
     try:
+        # With --no-fresh-start nothing is set aside: a refusal must leave every file where it was,
+        # or the next plain run would start fresh without the warning.
         found = ck.load_latest(cfg.weights_dir, {**cfg.to_dict(), "obs_dim": obs_dim, "act_dim": act_dim},
-                               log=log, latest_name=cfg.latest_name)
+                               log=log, latest_name=cfg.latest_name, set_aside_bad=not cfg.no_fresh_start)
     except ck.CheckpointMismatch as e:
         raise _mismatch(cfg, e) from None
     if found is None and had_files:
         if cfg.no_fresh_start:
-            raise AssembleError(f"no checkpoint in {cfg.weights_dir!r} loads, and --no-fresh-start refuses to "
-                                "start fresh (bad files are kept aside as *.corrupt-*)")
+            raise AssembleError(f"no checkpoint in {cfg.weights_dir!r} loads, and --no-fresh-start refuses to start "
+                                "fresh; nothing there was moved or changed")
         log("sacbot: WARNING: no valid checkpoint could be loaded; STARTING FRESH. "
             "The unusable files are kept aside as *.corrupt-*.")
     ckpt, path = found if found is not None else (None, None)
@@ -228,11 +228,11 @@ def _start_learner(cfg: Config, spec, ckpt: dict | None, path: str | None, lock:
         err = st.get("start_error") or st.get("last_error") or "the learner did not start in 300 s"
         if st.get("start_error_kind") == "config":
             raise ConfigError(f"{err}. Nothing in {cfg.weights_dir!r} was changed.")
-        if cfg.learner == "process" and not st.get("start_error"):
-            # The child died before it said anything.  Under spawn it imports the main module again: a
+        if cfg.learner == "process" and not st.get("start_error") and learner.proc.exitcode == 1:
+            # The child failed before it said anything.  Under spawn it imports the main module again: a
             # script without the main guard runs its game (and this Agent) a second time in the child.
-            err = (f"the learner process exited with code {learner.proc.exitcode} before it started; a script "
-                   "that makes an Agent with learner='process' must do it under `if __name__ == \"__main__\":` "
-                   "(the child process imports the script again)")
+            err = ("the learner process exited with code 1 before it started. If the script makes this Agent at "
+                   "import time, the child process ran it again: with learner='process', make the Agent under "
+                   "`if __name__ == \"__main__\":`")
         raise AssembleError(f"the learner could not start: {err}")
     return learner

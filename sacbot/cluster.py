@@ -108,7 +108,7 @@ def run_cluster(cfg: Config, a: ClusterArgs, stop: threading.Event) -> int:
     for s, h in handlers.items():
         signal.signal(s, h)
     try:
-        _check_resources(ray, a)
+        _check_resources(ray, a, cfg.eval_mode)
         return _run(ray, cfg, a, stop, obs_dim, act_dim, spaces)
     finally:
         ray.shutdown()
@@ -129,27 +129,33 @@ def prepare_address(address: str | None) -> str | None:
     if not address:
         return None
     host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not port.isdigit() or not host:
+    if not sep or not (port.isascii() and port.isdigit()) or not host or int(port) > 65535:
         return None
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
-    except OSError as e:
-        return f"nothing answers at {host}:{port} ({e.strerror or type(e).__name__})"
+    except (OSError, UnicodeError) as e:  # UnicodeError: a host name no resolver accepts
+        return f"nothing answers at {host}:{port} ({getattr(e, 'strerror', None) or e})"
     return None
 
 
-def _check_resources(ray, a: ClusterArgs) -> None:
-    """Refuse what the cluster can never grant: Ray would keep the actor pending, and the run would
-    wait for ever (a GPU asked for on a machine without one, more CPUs than the cluster has)."""
+def _check_resources(ray, a: ClusterArgs, eval_mode: bool) -> None:
+    """Refuse what a local instance can never grant: Ray would keep the actor pending, and the run
+    would wait for ever (a GPU asked for on a machine without one, more CPUs than there are)."""
     total = ray.cluster_resources()
     gpus, cpus = total.get("GPU", 0.0), total.get("CPU", 0.0)
-    if a.learner_gpus > gpus:
-        raise ConfigError(f"--learner-gpus = {a.learner_gpus:g}, but the Ray cluster has {gpus:g} GPU(s); "
-                          "pass --learner-gpus 0 (and --device cpu), or join a cluster with a GPU (--address)")
     need = max(a.learner_cpus, a.bot_cpus)  # the largest single actor must fit the cluster
-    if need > cpus:
-        raise ConfigError(f"an actor asks for {need:g} CPUs, but the Ray cluster has {cpus:g}; lower --learner-cpus "
-                          "or --bot-cpus")
+    problem = None
+    if a.learner_gpus > gpus and not eval_mode:  # eval starts no learner actor
+        problem = (f"--learner-gpus = {a.learner_gpus:g}, but the Ray cluster has {gpus:g} GPU(s); pass "
+                   "--learner-gpus 0 (and --device cpu), or join a cluster with a GPU (--address)")
+    elif need > cpus:
+        problem = (f"an actor asks for {need:g} CPUs, but the Ray cluster has {cpus:g}; lower --learner-cpus or "
+                   "--bot-cpus")
+    if problem and a.address:
+        # A joined cluster may autoscale: nodes not up yet are not counted.  Say it; Ray waits for them.
+        log.warning("%s (the actors wait until the cluster grows to fit them)", problem)
+    elif problem:
+        raise ConfigError(problem)
 
 
 def _run(ray, cfg, a, stop, obs_dim, act_dim, spaces) -> int:

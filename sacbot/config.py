@@ -146,9 +146,9 @@ class Config:
         if self.original_layout and os.path.basename(self.weights_path) == ".zip":
             raise ConfigError(f"weights_path = {self.weights_path!r} is not accepted: expected a directory "
                               "or a checkpoint file name ending in .zip")
-        if self.original_layout and STEP_RE.match(os.path.basename(self.weights_path)):
+        if self.original_layout and not self.eval_mode and STEP_RE.match(os.path.basename(self.weights_path)):
             # As the newest-checkpoint name, a step file would be overwritten by the next save, and the
-            # state it names lost.
+            # state it names lost.  (Eval saves nothing: it may read one.)
             raise ConfigError(f"weights_path = {self.weights_path!r} is not accepted: it names a step "
                               "checkpoint, which the next save would overwrite; pass its directory to go on from the "
                               "newest checkpoint there, or copy the file into a new directory as "

@@ -146,7 +146,7 @@ def check_reward(reward) -> float:
         raise MessageError(f"reward must be a finite number, got {reward!r}") from None
     except OverflowError:  # an int too large for a float (10**400)
         raise MessageError(f"reward must be finite with |r| <= {MAX_ABS_REWARD:.0e}, got an integer of "
-                           f"{len(str(abs(reward)))} digits") from None
+                           f"{int(reward).bit_length()} bits") from None
     if not (np.isfinite(r) and abs(r) <= MAX_ABS_REWARD):
         raise MessageError(f"reward must be finite with |r| <= {MAX_ABS_REWARD:.0e} (larger ones overflow the "
                            f"critic's float32 losses; scale the game's rewards), got {reward!r}")

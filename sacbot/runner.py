@@ -334,8 +334,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     owned = [f for f in a.bot_args if f.split("=")[0] in ("--weights-path", "--run-dir")]
     if owned:
-        # Each bot's weights and run directories are its own, below --root; one given to all would make
-        # every bot write the same checkpoints.
+        # Each bot's weights and run directories are its own, below --root: the runner's flags come
+        # after these and win, so a user's would be silently ignored.
         print(f"runner: {owned[0].split('=')[0]} is set by the runner for each bot (ROOT/botN/weights and "
               "ROOT/botN/run); choose where with --root", file=sys.stderr)
         return 2

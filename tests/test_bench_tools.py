@@ -179,13 +179,15 @@ def test_bench_tankduel_refuses_bad_flags_before_training(args, says, tmp_path):
     assert os.listdir(tmp_path) == []  # no training started
 
 
-def test_bench_tankduel_shows_a_failed_training_runs_message_and_removes_its_dir(tmp_path):
+def test_bench_tankduel_shows_a_failed_training_runs_message_and_keeps_its_dir(tmp_path):
     # a seed the tool passes through, which sacbot run refuses
     p = run_tool("bench_tankduel", "--train", "--steps", "1", "--seed", "-1", "--opponents", "sitting_duck",
                  env={**os.environ, "TMPDIR": str(tmp_path)})
     assert p.returncode == 2, p.stderr
     assert "training sacbot against sitting_duck failed (exit 2)" in p.stderr and "seed = -1" in p.stderr
-    assert os.listdir(tmp_path) == []
+    # kept, and named: a run that dies late holds checkpoints
+    (kept,) = os.listdir(tmp_path)
+    assert f"its files are in {tmp_path / kept}" in p.stderr
 
 
 @pytest.mark.timeout(120)

@@ -177,6 +177,12 @@ def test_a_preset_with_a_bad_value_names_the_preset(monkeypatch):
 
 
 # --- the env check (issue 14) -----------------------------------------------------------
+def test_a_step_checkpoint_as_weights_path_is_refused_for_training_but_read_by_eval():
+    with pytest.raises(ConfigError, match="it names a step checkpoint"):
+        Config(weights_path="w/sac_step_3.zip")
+    assert Config(weights_path="w/sac_step_3.zip", eval_mode=True).latest_name == "sac_step_3.zip"
+
+
 def test_check_env_turns_a_failing_first_step_into_a_config_error():
     check_env(Config(env="Pendulum-v1", env_kwargs='{"g": 9.81}'))
     with pytest.raises(ConfigError, match=r"env = 'Pendulum-v1' with env_kwargs = \{\"g\": \"abc\"\} "

@@ -52,7 +52,8 @@ def checkpoints(wdir) -> dict[str, str]:
     # Finite in float32, but NaN gradients within a few steps (a FLT_MAX sentinel): the learner died.
     (("act", np.full(3, 3e38, np.float32)), "values above 1e.09 in size"),
     (("observe", 0.0, np.array([0.0, -2e9, 0.0]), False, False), "values above 1e.09 in size"),
-    (("observe", 10**400, np.zeros(3), False, False), "integer of 401 digits"),  # was a bare OverflowError
+    (("observe", 10**400, np.zeros(3), False, False), "integer of 1329 bits"),  # was a bare OverflowError
+    (("observe", 10**5000, np.zeros(3), False, False), "integer of 16610 bits"),  # str() refuses 4300+ digits
     # An object's str() holds its address: a new opponent every episode, each one clearing the replay;
     # a lone surrogate made every save fail.
     (("new_episode", object()), "opponent must be a str"),
@@ -269,6 +270,48 @@ def test_no_fresh_start_refuses_with_every_file_where_it_was(tmp_path):
     with pytest.raises(AgentError, match="--no-fresh-start refuses to start fresh; nothing there was moved"):
         Agent(dataclasses.replace(cfg, weights_path=str(wdir)), OBS_SPACE, ACT_SPACE, **QUIET)
     assert dir_digests(wdir) == before
+
+
+@pytest.mark.timeout(120)
+def test_no_fresh_start_leaves_a_file_with_a_sound_actor_and_a_damaged_model_where_it_was(tmp_path):
+    """A pre-check that read the actor alone passed such a file; the full load then set it aside
+    before refusing (the review of session 12's first fix)."""
+    import zipfile
+
+    cfg = small_cfg(tmp_path, pace="lockstep")
+    with Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+        play(agent, 20)
+    latest = os.path.join(cfg.weights_path, "sac_latest.zip")
+    for name in os.listdir(cfg.weights_path):
+        if name.startswith("sac_step_"):
+            os.unlink(os.path.join(cfg.weights_path, name))
+    with zipfile.ZipFile(latest) as z:
+        items = {i.filename: bytearray(z.read(i)) for i in z.infolist()}
+    items["model.msgpack.zst"][len(items["model.msgpack.zst"]) // 2] ^= 0xFF
+    with zipfile.ZipFile(latest, "w") as z:
+        for n, b in items.items():
+            z.writestr(n, bytes(b))
+    before = dir_digests(cfg.weights_path)
+    with pytest.raises(AgentError, match="--no-fresh-start refuses to start fresh; nothing there was moved"):
+        Agent(dataclasses.replace(cfg, no_fresh_start=True), OBS_SPACE, ACT_SPACE, **QUIET)
+    assert dir_digests(cfg.weights_path) == before
+
+
+@pytest.mark.timeout(120)
+def test_a_forked_child_that_exits_does_not_close_its_parents_agent(tmp_path):
+    script = (f"import os, sys; sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+              "from helpers import ACT_SPACE, OBS_SPACE, play, small_cfg\n"
+              "from sacbot.agent import Agent\n"
+              f"agent = Agent(small_cfg(__import__('pathlib').Path({str(tmp_path)!r})), OBS_SPACE, ACT_SPACE)\n"
+              "play(agent, 10)\n"
+              "pid = os.fork()\n"
+              "if pid == 0:\n"
+              "    sys.exit(0)  # the child's interpreter exits normally: atexit runs there\n"
+              "os.waitpid(pid, 0)\n"
+              "print('closed', agent.close()['final_save']['ok'], flush=True)\n")
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=100)
+    assert p.returncode == 0 and p.stdout.strip() == "closed True", p.stderr
+    assert "still open at exit" not in p.stderr  # the child closed nothing of its parent's
 
 
 @pytest.mark.timeout(60)

@@ -244,10 +244,7 @@ def test_memoryless_control_trains_on_single_steps_and_acts_without_state(tmp_pa
     agent = Agent(cfg, OBS_SPACE, ACT_SPACE)
     agent.new_episode()
     x = np.array([0.3, -0.2, 0.9])
-    acts = []
-    for _ in range(3):
-        acts.append(agent.act(x))
-        agent.observe(0.0, x, False, False)
+    acts = [agent.act(x) for _ in range(3)]  # an eval loop may act alone
     agent.close()
     # Without memory the same observation gives the same action; with it, the state moves on.
     assert all(np.array_equal(acts[0], a) for a in acts) == memoryless
@@ -378,11 +375,6 @@ def test_game_loop_mistakes_are_refused_with_what_went_wrong(tmp_path):
             agent.observe(reward, np.zeros(3), False, False)
     agent.observe(1.0, np.zeros(3), False, False)  # the refused calls left the step open
     agent.act(np.zeros(3))
-    ticks = agent.ticks
-    with pytest.raises(AgentError, match="act\\(\\) again before observe\\(\\)"):  # was taken, the state stepped twice
-        agent.act(np.zeros(3))
-    assert agent.ticks == ticks
-    agent.observe(1.0, np.zeros(3), False, False)  # the first act's step is still open
     agent.close()
     with pytest.raises(AgentError, match="act\\(\\) after close"):
         agent.act(np.zeros(3))

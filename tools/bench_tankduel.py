@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -132,12 +131,11 @@ def train(a) -> list[str]:
             print("training: " + " ".join(cmd), file=sys.stderr, flush=True)
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
-                # The child's own message says what was wrong (captured: its progress is noise here);
-                # its half-written run is of no use.
-                shutil.rmtree(d, ignore_errors=True)
+                # The child's own message says what was wrong (captured: its progress is noise here).
+                # Its directory is kept: a run that died late holds checkpoints worth evaluating.
                 tail = "\n".join(r.stderr.strip().splitlines()[-5:])
-                print(f"bench_tankduel: training {variant} against {opp} failed (exit {r.returncode}):\n{tail}",
-                      file=sys.stderr)
+                print(f"bench_tankduel: training {variant} against {opp} failed (exit {r.returncode}); its files "
+                      f"are in {d}:\n{tail}", file=sys.stderr)
                 sys.exit(r.returncode if r.returncode > 0 else 1)
             specs.append(f"{variant}-{opp}={os.path.join(d, 'w')}")
     return specs
