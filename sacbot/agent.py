@@ -224,10 +224,7 @@ class Agent:
         elif self.learner is not None and not self._closed:
             self.unsent += 1  # its episode's start did not get through
         if tr.terminated or tr.truncated:
-            won = info.get("won") if info else None
-            # A bool, or 0/1 as games often report it; anything else is no outcome.
-            ok = isinstance(won, bool | np.bool_) or (isinstance(won, int | np.integer) and won in (0, 1))
-            self._end_episode(bool(won) if ok else None)
+            self._end_episode(_outcome(info.get("won") if info else None))
 
     def new_episode(self, opponent: str = "") -> None:
         """Mark an episode start.  ``opponent`` is a stable identity key (name or id).
@@ -358,6 +355,14 @@ class Agent:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _outcome(won) -> bool | None:
+    """info["won"] read as terminated/truncated are (a bool, or 0/1); anything else is no outcome."""
+    try:
+        return check_flag("won", won)
+    except MessageError:
+        return None
 
 
 # Agents not yet closed.  A program that ends without close() (a game that returns from main, a

@@ -147,8 +147,12 @@ def checkpoint_byte_cap(obs_dim: int, act_dim: int, hidden: int, buffer_size: in
     return CAP_FACTOR * est + CAP_SLACK
 
 
+def _int_at_least(x, least: int) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= least
+
+
 def _positive_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x > 0
+    return _int_at_least(x, 1)
 
 
 def byte_cap_for(manifest: dict, cap: int | None = None) -> ByteCap:
@@ -542,17 +546,15 @@ def _read_manifest(zf: zipfile.ZipFile, path: str) -> dict:
         raise CheckpointError(f"{path}: not a sacbot checkpoint (format {fmt!r})")
     # The manifest is not under a hash of its own (it holds the entries' hashes), so what readers
     # take from it directly is checked here: a resume, `sacbot inspect` and the tools use these.
-    for key in ("step", "env_steps"):
-        v = manifest.get(key, 0)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise CheckpointError(f"{path}: manifest {key} = {v!r}, expected an integer >= 0 (corrupt)")
     for key in ("config", "spaces"):
         if not isinstance(manifest.get(key, {}), dict):
             raise CheckpointError(f"{path}: manifest {key} = {manifest[key]!r}, expected an object (corrupt)")
-    for key in ("obs_dim", "act_dim"):
-        v = manifest.get("spaces", {}).get(key, 1)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise CheckpointError(f"{path}: manifest spaces.{key} = {v!r}, expected an integer >= 1 (corrupt)")
+    spaces = manifest.get("spaces", {})
+    for key, v, least in (("step", manifest.get("step", 0), 0), ("env_steps", manifest.get("env_steps", 0), 0),
+                          ("spaces.obs_dim", spaces.get("obs_dim", 1), 1),
+                          ("spaces.act_dim", spaces.get("act_dim", 1), 1)):
+        if not _int_at_least(v, least):
+            raise CheckpointError(f"{path}: manifest {key} = {v!r}, expected an integer >= {least} (corrupt)")
     return manifest
 
 

@@ -114,7 +114,7 @@ def cmd_run(args, eval_mode: bool) -> int:
         s = summary(agent)
         if getattr(args, "json", False):
             print(json.dumps(s))
-        elif not s["episodes"] and signals.count:
+        elif not s["episodes"] and signals.signum:
             print(f"eval: interrupted before any episode finished ({report['env_steps']} env steps)")
         elif not s["episodes"]:
             print(f"eval: no episode finished in {report['env_steps']} env steps (checkpoint "
@@ -127,7 +127,7 @@ def cmd_run(args, eval_mode: bool) -> int:
                 print(f"  {opp or '-'}: {r['episodes']} episodes, return {r['mean_return']:.2f} "
                       f"± {r['std_return']:.2f}{won}")
         if not s["episodes"]:  # an eval that saw no episode end measured nothing
-            return 128 + signals.signum if signals.count else 1
+            return 128 + signals.signum if signals.signum else 1
         return 0
     err = agent.learner_error
     final = report.get("final_save") or {}

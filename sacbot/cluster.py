@@ -68,6 +68,9 @@ def check(cfg: Config, a: ClusterArgs) -> None:
 def run_cluster(cfg: Config, a: ClusterArgs, stop: threading.Event) -> int:
     check(cfg, a)
     unreachable = prepare_address(a.address)
+    if unreachable:
+        log.error("cannot join the Ray cluster at %r: %s", a.address, unreachable)
+        return 1
     ray = require_ray()
     from .envcheck import check_env
 
@@ -93,9 +96,6 @@ def run_cluster(cfg: Config, a: ClusterArgs, stop: threading.Event) -> int:
     # ray.init installs a SIGTERM handler that ends the driver at once: put ours back, so a
     # SIGTERM stops the bots and makes the learner's final save like SIGINT does.
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    if unreachable:
-        log.error("cannot join the Ray cluster at %r: %s", a.address, unreachable)
-        return 1
     try:
         if a.address:
             ray.init(address=a.address, **init)

@@ -29,17 +29,14 @@ def check_env(cfg: Config) -> None:
     env = None
     try:
         env = flatten_if_nested(gym.make(cfg.env, **kwargs))  # as the driver makes it
-        try:  # a Discrete action space is the user's choice of env, not a crash: exit 2 like the rest
-            space_dims(env.observation_space, env.action_space)
-        except AgentError as e:
-            raise ConfigError(f"env = {cfg.env!r}: {e}") from None
+        space_dims(env.observation_space, env.action_space)
         stage = "reset"
         env.reset(seed=cfg.seed)
         stage = "step"
         env.action_space.seed(cfg.seed)
         env.step(env.action_space.sample())
-    except ConfigError:
-        raise
+    except AgentError as e:  # spaces sacbot cannot drive (Discrete actions): the user's choice of env
+        raise ConfigError(f"env = {cfg.env!r}: {e}") from None
     except Exception as e:  # noqa: BLE001 - any failure of a user's env is a bad setting here
         raise ConfigError(f"env = {cfg.env!r} with env_kwargs = {json.dumps(kwargs)} fails at {stage}: "
                           f"{type(e).__name__}: {e}") from None

@@ -311,23 +311,19 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
-    for name in ("bots", "max_restarts"):
-        if getattr(a, name) < (1 if name == "bots" else 0):
-            print(f"runner: --{name.replace('_', '-')} = {getattr(a, name)} is not accepted", file=sys.stderr)
+    for name, least in (("bots", 1), ("max_restarts", 0), ("eval_every_rounds", 0), ("eval_episodes", 1)):
+        if getattr(a, name) < least:
+            print(f"runner: --{name.replace('_', '-')} = {getattr(a, name)} is not accepted: expected an integer "
+                  f">= {least}", file=sys.stderr)
             return 2
-    if not (math.isfinite(a.freeze_timeout) and a.freeze_timeout > 0) or not (math.isfinite(a.grace) and a.grace >= 0):
-        print("runner: --freeze-timeout must be a finite number > 0 and --grace a finite number >= 0, "
-              f"got {a.freeze_timeout} and {a.grace}", file=sys.stderr)
-        return 2
-    for name in ("kill_grace", "backoff", "max_backoff", "stop_deadline", "eval_every_minutes"):
-        v = getattr(a, name)
-        if not math.isfinite(v) or v < 0:
-            print(f"runner: --{name.replace('_', '-')} must be a finite number >= 0, got {v}", file=sys.stderr)
+    # Seconds: finite (nan never compares, so --freeze-timeout nan would never detect a freeze).
+    for name in ("freeze_timeout", "grace", "kill_grace", "backoff", "max_backoff", "stop_deadline",
+                 "eval_every_minutes"):
+        v, positive = getattr(a, name), name == "freeze_timeout"
+        if not math.isfinite(v) or v < 0 or (positive and v == 0):
+            print(f"runner: --{name.replace('_', '-')} must be a finite number {'>' if positive else '>='} 0, "
+                  f"got {v}", file=sys.stderr)
             return 2
-    if a.eval_every_rounds < 0 or a.eval_episodes < 1:
-        print(f"runner: --eval-every-rounds must be >= 0 and --eval-episodes >= 1, got {a.eval_every_rounds} "
-              f"and {a.eval_episodes}", file=sys.stderr)
-        return 2
     if not a.root.strip() or (os.path.exists(a.root) and not os.path.isdir(a.root)):
         print(f"runner: --root {a.root!r} is not accepted: expected a directory (one directory per bot goes below "
               "it)", file=sys.stderr)

@@ -68,10 +68,7 @@ def split_by_sight(seen: np.ndarray, gun_turn: np.ndarray, err_before: np.ndarra
 
 def probe(path: str, arc: float, episodes: int, env_kwargs: dict) -> dict:
     # The actor's own forward (as bench_tankduel's actor_fn plays it), for the std beside the action.
-    params, cfg = policy.build_params(ck.load_actor(path)), checkpoint_config(path)
-    if cfg["env"] != "sacbot/TankDuelRadar-v0":
-        raise SystemExit(f"{path}: trained on {cfg['env']}, not sacbot/TankDuelRadar-v0 (the probe reads the "
-                         "radar observation's 'seen' field, index 11)")
+    params, cfg = policy.build_params(ck.load_actor(path)), checkpoint_config(path)  # its env: checked in main
     env = eval_env(cfg, {**env_kwargs, "radar_arc": arc})
     seen, turn, before, after, std, wins = [], [], [], [], [], 0
     for k in range(episodes):
