@@ -126,6 +126,30 @@ def test_the_radar_gun_probe_plays_a_checkpoint_at_the_arc_asked(tmp_path):
     assert out[40]["seen"]["ticks"] <= 2 * 6  # ... 40 degrees one or two ticks in twelve
     # the std is the actor's own, as its training noise: within the head's soft clamp, exp([-5, 2])
     assert all(0.0067 < out[40][g]["gun_noise_std"] < 7.39 for g in ("seen", "unseen"))
+    assert all(-1.0 <= out[40][g]["critic_slope_corr"] <= 1.0 for g in ("seen", "unseen"))
+    # The critic's slope is dQ/d(gun turn) of the checkpoint's critic, reading the episode from its
+    # start with the previous action beside each observation: a central difference agrees.
+    import numpy as np
+    import torch
+
+    from sacbot import checkpoint as ck
+    from sacbot.sac import Critic
+    probe = load_tool("probe_radar_gun")
+    rng = np.random.default_rng(0)
+    obs, act = rng.uniform(-1, 1, (7, 32)).astype(np.float32), rng.uniform(-1, 1, (7, 4)).astype(np.float32)
+    slope = probe.critic_gun_slopes(ckpt, {"hidden": 8}, [(obs, act)])[0]
+    critic = Critic(32, 4, 8)
+    critic.load_state_dict({k[7:]: torch.as_tensor(v) for k, v in ck.read_checkpoint(ckpt)["arrays"].items()
+                            if k.startswith("critic.")})
+    prev = np.concatenate([np.zeros((1, 4), np.float32), act[:-1]])
+    h = critic.head_input(critic.core(torch.as_tensor(obs)[:, None], torch.as_tensor(prev)[:, None]))
+    for t in (0, 6):
+        q = []
+        for d in (1e-3, -1e-3):
+            a = torch.as_tensor(act)[:, None].clone()
+            a[t, 0, 2] += d
+            q.append(float(critic.heads(h, a).mean(0)[t, 0]))
+        assert slope[t] == pytest.approx((q[0] - q[1]) / 2e-3, rel=1e-2, abs=1e-5)
     # bench_tankduel evaluates the same run at another arc, and refuses a misspelt kwarg up front
     bench = [sys.executable, str(TOOLS / "bench_tankduel.py"), "--runs", f"r={w}", "--episodes", "1"]
     p = subprocess.run([*bench, "--eval-env-kwargs", '{"radar_ark": 360}'], capture_output=True, text=True,

@@ -66,15 +66,44 @@ def split_by_sight(seen: np.ndarray, gun_turn: np.ndarray, err_before: np.ndarra
     return out
 
 
+def critic_gun_slopes(path: str, cfg: dict, episodes: list[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
+    """dQ/d(gun turn) of the checkpoint's critic (the mean of its twin heads) at each played
+    action, the critic reading each episode from its start as the learner does (observation
+    and previous action).  Positive: the critic would pay the actor to turn the gun clockwise."""
+    import torch
+
+    from sacbot.sac import Critic
+    arrays = ck.read_checkpoint(path)["arrays"]
+    obs_dim, act_dim = episodes[0][0].shape[1], episodes[0][1].shape[1]
+    critic = Critic(obs_dim, act_dim, int(cfg["hidden"]))
+    critic.load_state_dict({k[len("critic."):]: torch.as_tensor(v) for k, v in arrays.items()
+                            if k.startswith("critic.")})
+    slopes = []
+    for obs, act in episodes:
+        o = torch.as_tensor(obs).unsqueeze(1)  # (T, 1, obs): time-major, as the learner
+        a = torch.as_tensor(act).unsqueeze(1)
+        prev = torch.cat([torch.zeros_like(a[:1]), a[:-1]])
+        if cfg.get("memoryless"):  # each step its own sequence, as the control learns
+            o, prev = o.transpose(0, 1), torch.zeros_like(prev).transpose(0, 1)
+        with torch.no_grad():
+            hw = critic.head_input(critic.core(o, prev))
+        a_req = a.reshape(o.shape[0], o.shape[1], -1).clone().requires_grad_(True)
+        critic.heads(hw, a_req).mean(0).sum().backward()
+        slopes.append(a_req.grad.reshape(-1, act_dim)[:, 2].numpy().copy())
+    return slopes
+
+
 def probe(path: str, arc: float, episodes: int, env_kwargs: dict) -> dict:
     # The actor's own forward (as bench_tankduel's actor_fn plays it), for the std beside the action.
     params, cfg = policy.build_params(ck.load_actor(path)), checkpoint_config(path)  # its env: checked in main
     env = eval_env(cfg, {**env_kwargs, "radar_arc": arc})
-    seen, turn, before, after, std, wins = [], [], [], [], [], 0
+    seen, turn, before, after, std, wins, played = [], [], [], [], [], 0, []
     for k in range(episodes):
         obs, _ = env.reset(seed=SEED0 + k, options={"episode_index": k})
         state, done, info = None, False, {}
+        ep_obs, ep_act = [], []
         while not done:
+            ep_obs.append(np.asarray(obs, np.float32))
             before.append(gun_error_deg(env.unwrapped))
             seen.append(bool(obs[11] > 0.5))
             if state is None or cfg.get("memoryless"):
@@ -82,13 +111,22 @@ def probe(path: str, arc: float, episodes: int, env_kwargs: dict) -> dict:
             mu, log_std, h, c = policy.mean_and_log_std(params, np.asarray(obs, np.float32), state)
             a = np.tanh(mu).astype(np.float32)  # deterministic, as policy.act without an rng
             state = policy.PolicyState(h, c, a)
+            ep_act.append(a)
             turn.append(float(a[2]))
             std.append(float(np.exp(log_std[2])))
             obs, _, term, trunc, info = env.step(a)
             after.append(gun_error_deg(env.unwrapped))
             done = term or trunc
         wins += bool(info["won"])
-    r = split_by_sight(np.array(seen), np.array(turn), np.array(before), np.array(after), np.array(std))
+        played.append((np.stack(ep_obs), np.stack(ep_act)))
+    seen_a, before_a = np.array(seen), np.array(before)
+    r = split_by_sight(seen_a, np.array(turn), before_a, np.array(after), np.array(std))
+    # Does the critic know which way the enemy is?  Its slope against the closing turn.
+    slope = np.concatenate(critic_gun_slopes(path, cfg, played))
+    ideal = np.clip(before_a / 20.0, -1.0, 1.0)
+    for name, m in (("seen", seen_a), ("unseen", ~seen_a)):
+        ok = m.sum() > 1 and slope[m].std() > 0 and ideal[m].std() > 0
+        r[name]["critic_slope_corr"] = round(float(np.corrcoef(slope[m], ideal[m])[0, 1]), 3) if ok else None
     r.update(checkpoint=path, train_env_kwargs=cfg.get("env_kwargs"), arc=arc, episodes=episodes,
              won=wins / episodes)
     return r
