@@ -89,6 +89,19 @@ and the radar's heading can carry more); against walker memory wins more.  Its 3
 31     fraction of the episode left * 2 - 1
 =====  ==========================================================================
 
+Two learning aids, for the radar observation, registered together as ``sacbot/TankDuelRadar-v1``
+(docs/learner.md, "Session 13": without them the learner did not learn the radar duel):
+
+* ``critic_info=True`` appends 14 values for the critic alone (an asymmetric critic): the enemy
+  values 11-23 as if it were in the arc (11 is then always 1), and our bullets on course to it / 3.
+  The env declares them (``critic_obs = 14``); sacbot reads that and never gives them to the actor,
+  so what the actor, and the deployed bot, sees is still the 32 values above.
+* ``shaping=True`` adds a potential-based shaping term phi(s') - phi(s) to the reward (Ng et al.,
+  1999: the best policy is unchanged): phi is the damage our bullets on course will deal / 10,
+  less the gun's bearing error to the enemy / 180 degrees, and 0 at an episode's end.  A shot on
+  course is paid when fired rather than when it lands, and every gun turn towards the enemy pays,
+  seen or not.  A return differs from the unshaped one by -phi(start), at most 1.
+
 Opponents are scripted with stable names (see ``OPPONENTS``) and are chosen per episode
 by ``schedule``: ``fixed`` (the first name), ``cycle`` or ``random``;
 ``reset(options={"episode_index": k})`` pins the position in the schedule.  ``info["opponent"]``
@@ -113,6 +126,7 @@ GUN_RATE = math.radians(20.0)
 AIM_OFFSET = math.radians(30.0)
 OBS_DIM = 37
 RADAR_OBS_DIM = 32
+CRITIC_OBS_DIM = 14  # critic_info: the radar's 13 enemy values as if in the arc, and bullets on course
 
 
 def _wrap(a: float) -> float:
@@ -205,7 +219,8 @@ class TankDuel(gym.Env):
 
     def __init__(self, opponents=("sitting_duck", "spinner", "walker", "tracker"), schedule: str = "cycle",
                  max_ticks: int = 600, render_mode: str | None = None, gun_control: str = "turn",
-                 observation: str = "full", radar_arc: float = RADAR_ARC_DEG):
+                 observation: str = "full", radar_arc: float = RADAR_ARC_DEG, critic_info: bool = False,
+                 shaping: bool = False):
         if isinstance(opponents, str):
             opponents = (opponents,)
         if not isinstance(opponents, list | tuple):  # a dict or set would be read by its keys, in no set order
@@ -236,11 +251,22 @@ class TankDuel(gym.Env):
             raise ValueError(f"radar_arc must be a number of degrees in (0, 360], got {radar_arc!r}")
         self.radar_arc = float(radar_arc)
         self.radar_half_arc = math.radians(self.radar_arc) / 2
+        for name, flag in (("critic_info", critic_info), ("shaping", shaping)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name} must be true or false, got {flag!r}")
+        if critic_info and observation != "radar":
+            raise ValueError("critic_info=True needs observation='radar': the full observation has no hidden "
+                             "state to give the critic")
+        self.shaping = shaping
+        # The number of trailing observation values for the critic alone; sacbot reads this
+        # attribute and never gives them to the actor (Config.critic_obs).
+        self.critic_obs = CRITIC_OBS_DIM if critic_info else 0
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.opponents, self.schedule, self.max_ticks = tuple(opponents), schedule, int(max_ticks)
         self.render_mode = render_mode
         dim = RADAR_OBS_DIM if observation == "radar" else OBS_DIM
+        dim += self.critic_obs
         self.observation_space = gym.spaces.Box(-1.5, 1.5, (dim,), np.float32)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
         self._episode = -1
@@ -278,6 +304,7 @@ class TankDuel(gym.Env):
         self._seen_tick = -(10**9)
         self._events = (0.0, 0.0, 0.0)
         self._see()
+        self._potential = self._shaping_potential()
         return self._obs(), {"opponent": self.opponent}
 
     def step(self, action):
@@ -352,6 +379,15 @@ class TankDuel(gym.Env):
         elif lost:
             reward -= 5.0
         truncated = not terminated and self.tick >= self.max_ticks
+        if self.shaping:
+            # Potential-based shaping (Ng et al., 1999): reward += phi(s') - phi(s), which leaves the
+            # best policy as it was.  phi credits a shot on course with its damage when it leaves the
+            # gun (taken back when it lands, or leaves the course), instead of ~30 ticks later, and
+            # pays the gun's turn towards the enemy every tick, seen or not.  phi is 0 at an
+            # episode's end, so a return differs from the unshaped one by -phi(start) alone.
+            potential = 0.0 if terminated or truncated else self._shaping_potential()
+            reward += potential - self._potential
+            self._potential = potential
         info = {"opponent": self.opponent, "won": bool(won), "lost": bool(lost),
                 "damage_dealt": dealt, "damage_taken": taken, "energy_spent": spent,
                 "energy_regained": regained}
@@ -410,6 +446,29 @@ class TankDuel(gym.Env):
         return (min(max(x + v * t * math.sin(h), RADIUS), W - RADIUS),
                 min(max(y + v * t * math.cos(h), RADIUS), H - RADIUS))
 
+    def _on_course(self, x: float, y: float, heading: float, speed: float) -> list[Bullet]:
+        """Our bullets in flight that meet a target at (x, y) if it keeps this heading and speed
+        (closest approach within its radius, still ahead of the bullet)."""
+        vx, vy = speed * math.sin(heading), speed * math.cos(heading)
+        hits = []
+        for b in self.bullets:
+            if b.owner == 0:
+                rx, ry = x - b.x, y - b.y  # target relative to the bullet ...
+                wx, wy = vx - b.dx, vy - b.dy  # ... and its relative velocity
+                w2 = wx * wx + wy * wy
+                t = max(0.0, -(rx * wx + ry * wy) / w2) if w2 > 0 else 0.0
+                cx, cy = rx + wx * t, ry + wy * t
+                if t > 0 and cx * cx + cy * cy <= RADIUS * RADIUS:
+                    hits.append(b)
+        return hits
+
+    def _shaping_potential(self) -> float:
+        """The damage our bullets on course to the enemy (its true state) will deal, as reward,
+        less the gun's bearing error to the enemy (a reward of 1 for 180 degrees)."""
+        en, me = self.enemy, self.me
+        credit = sum(bullet_damage(b.power) for b in self._on_course(en.x, en.y, en.heading, en.v)) / 10.0
+        return credit - abs(_wrap(_bearing(me, en.x, en.y) - me.gun)) / math.pi
+
     def _obs(self) -> np.ndarray:
         if self.observation == "radar":
             return self._radar_obs()
@@ -439,15 +498,7 @@ class TankDuel(gym.Env):
             px, py = self._estimate()
             gx, gy = px - me.x, py - me.y
             aim_err = _wrap(math.atan2(gx, gy) - me.gun) / math.atan2(RADIUS, max(math.hypot(gx, gy), RADIUS))
-            vx, vy = self._seen[3] * math.sin(self._seen[2]), self._seen[3] * math.cos(self._seen[2])
-            for b in self.bullets:
-                if b.owner == 0:
-                    rx, ry = px - b.x, py - b.y  # target relative to the bullet ...
-                    wx, wy = vx - b.dx, vy - b.dy  # ... and its relative velocity
-                    w2 = wx * wx + wy * wy
-                    t = max(0.0, -(rx * wx + ry * wy) / w2) if w2 > 0 else 0.0
-                    cx, cy = rx + wx * t, ry + wy * t
-                    on_course += t > 0 and cx * cx + cy * cy <= RADIUS * RADIUS
+            on_course = len(self._on_course(px, py, self._seen[2], self._seen[3]))
         obs = np.array([
             me.x / (W / 2) - 1, me.y / (H / 2) - 1, math.sin(me.heading), math.cos(me.heading),
             me.v / MAX_SPEED, me.energy / 50 - 1, math.sin(me.gun), math.cos(me.gun), min(me.heat / 1.6, 1.0),
@@ -465,27 +516,32 @@ class TankDuel(gym.Env):
         np.minimum(obs, 1.5, out=obs)
         return np.maximum(obs, -1.5, out=obs)
 
-    def _radar_obs(self) -> np.ndarray:
-        """What the tank knows of itself and what the radar sees this tick, nothing older."""
+    def _enemy_fields(self) -> tuple[float, ...]:
+        """The radar observation's enemy values (11-23: the 'seen' flag, then 12 more), from the truth."""
         me, en = self.me, self.enemy
-        seen = np.zeros(13)
-        if self.in_radar_arc():
-            dx, dy = en.x - me.x, en.y - me.y
-            dist = math.hypot(dx, dy)
-            b = math.atan2(dx, dy)
-            rel_gun, rel_body = _wrap(b - me.gun), _wrap(b - me.heading)
-            aim = max(-1.5, min(1.5, rel_gun / math.atan2(RADIUS, max(dist, RADIUS))))
-            seen[:] = (1.0, dx / W, dy / H, dist / 500 - 1, math.sin(rel_gun), math.cos(rel_gun),
-                       math.sin(rel_body), math.cos(rel_body), math.sin(en.heading), math.cos(en.heading),
-                       aim, en.v / MAX_SPEED, en.energy / 50 - 1)
-        obs = np.concatenate((
-            [me.x / (W / 2) - 1, me.y / (H / 2) - 1, math.sin(me.heading), math.cos(me.heading),
-             me.v / MAX_SPEED, me.energy / 50 - 1, math.sin(me.gun), math.cos(me.gun), min(me.heat / 1.6, 1.0),
-             math.sin(me.radar), math.cos(me.radar)],
-            seen,
-            [me.x / 400 - 1, (W - me.x) / 400 - 1, me.y / 400 - 1, (H - me.y) / 400 - 1, *self._events,
-             (1 - self.tick / self.max_ticks) * 2 - 1],
-        )).astype(np.float32)
+        dx, dy = en.x - me.x, en.y - me.y
+        dist = math.hypot(dx, dy)
+        b = math.atan2(dx, dy)
+        rel_gun, rel_body = _wrap(b - me.gun), _wrap(b - me.heading)
+        aim = max(-1.5, min(1.5, rel_gun / math.atan2(RADIUS, max(dist, RADIUS))))
+        return (1.0, dx / W, dy / H, dist / 500 - 1, math.sin(rel_gun), math.cos(rel_gun),
+                math.sin(rel_body), math.cos(rel_body), math.sin(en.heading), math.cos(en.heading),
+                aim, en.v / MAX_SPEED, en.energy / 50 - 1)
+
+    def _radar_obs(self) -> np.ndarray:
+        """What the tank knows of itself and what the radar sees this tick, nothing older; then,
+        with ``critic_info``, the values for the critic alone."""
+        me, en = self.me, self.enemy
+        seen = self._enemy_fields() if self.in_radar_arc() else (0.0,) * 13
+        critic: tuple[float, ...] = ()
+        if self.critic_obs:  # the enemy as if in the arc, and our bullets on course to it
+            critic = (*self._enemy_fields(), min(len(self._on_course(en.x, en.y, en.heading, en.v)) / 3, 1.0))
+        obs = np.array([
+            me.x / (W / 2) - 1, me.y / (H / 2) - 1, math.sin(me.heading), math.cos(me.heading),
+            me.v / MAX_SPEED, me.energy / 50 - 1, math.sin(me.gun), math.cos(me.gun), min(me.heat / 1.6, 1.0),
+            math.sin(me.radar), math.cos(me.radar), *seen,
+            me.x / 400 - 1, (W - me.x) / 400 - 1, me.y / 400 - 1, (H - me.y) / 400 - 1, *self._events,
+            (1 - self.tick / self.max_ticks) * 2 - 1, *critic], dtype=np.float32)
         return np.clip(obs, -1.5, 1.5, out=obs)
 
     # --- rendering ---------------------------------------------------------------------

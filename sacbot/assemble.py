@@ -90,8 +90,8 @@ def _attach(cfg: Config, learner, obs_dim: int, act_dim: int) -> Start:
 # --- eval ------------------------------------------------------------------------------------
 def _eval(cfg: Config, obs_dim: int, act_dim: int, log) -> Start:
     # The export carries its own sizes; of the settings only the inputs must agree (and naming
-    # reward_input says why a wider input is asked for).
-    expect = {"obs_dim": obs_dim, "act_dim": act_dim, "reward_input": cfg.reward_input}
+    # reward_input says why a wider input is asked for; critic_obs, which values the actor reads).
+    expect = {"obs_dim": obs_dim, "act_dim": act_dim, "reward_input": cfg.reward_input, "critic_obs": cfg.critic_obs}
     try:
         # Actor-only: eval reads the deployable actor export and the manifest, nothing else.
         found = ck.load_latest(cfg.weights_dir, expect, entries=("actor",), log=log, set_aside_bad=False,
@@ -124,6 +124,9 @@ def _pretrained(cfg: Config, expect: dict, log):
 def check_settings(cfg: Config, obs_dim: int, act_dim: int) -> None:
     """What a learner would refuse, found before any file exists: checkpoints over the read cap,
     a GPU that is not there.  (``sacbot cluster`` runs it in its driver too.)"""
+    if cfg.critic_obs >= obs_dim:
+        raise ConfigError(f"critic_obs = {cfg.critic_obs} would leave the actor none of the observation's {obs_dim} "
+                          "values; it counts the last values only the critic reads")
     need = ck.checkpoint_byte_cap(obs_dim, act_dim, cfg.hidden, cfg.buffer_size, cfg.save_replay)
     if need > ck.MAX_CHECKPOINT_BYTES:  # its checkpoints could never be written, nor read back
         raise ConfigError(f"hidden = {cfg.hidden} with buffer_size = {cfg.buffer_size} makes checkpoints of up to "

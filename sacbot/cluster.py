@@ -75,9 +75,10 @@ def run_cluster(cfg: Config, a: ClusterArgs, stop: threading.Event) -> int:
     from .envcheck import check_env
 
     check_env(cfg)
-    from .driver import make_env
+    from .driver import make_env, with_env_critic_obs
 
     env = make_env(cfg.env, kwargs=cfg.env_kwargs_dict())
+    cfg = with_env_critic_obs(cfg, env)
     from .agent import input_dim, space_dims
 
     obs_dim, act_dim = space_dims(env.observation_space, env.action_space)

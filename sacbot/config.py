@@ -107,6 +107,11 @@ class Config:
                                    "quantizer's one scale with the observation, so rewards should be of the "
                                    "observation's size; the game must call observe() every tick, eval too.",
                             group="learner")
+    critic_obs: int = _f(0, "How many of the observation's last values only the critic reads: information for "
+                            "training that the actor, and so the deployed policy, never sees (an asymmetric "
+                            "critic). An env that declares such values (its critic_obs attribute, e.g. "
+                            "sacbot/TankDuelRadar-v1's true enemy state) sets this itself.", min=0,
+                         group="learner")
     quant: str = _f("on", "Quantization-aware actor (on) or plain fp32 (off).",
                     choices=("on", "off"), group="learner")
     quant_bits: int = _f(8, "Bits of the quantized actor's weights and inputs.", min=3, max=8,
@@ -166,6 +171,11 @@ class Config:
             raise ConfigError(f"learning_starts = {self.learning_starts} is more than buffer_size = "
                               f"{self.buffer_size}: the buffer never holds that many transitions, so no gradient "
                               "step would ever run; lower --learning-starts or raise --buffer-size")
+        if self.critic_obs and self.reward_input:
+            # reward_input appends the previous reward after the critic's values, where the actor
+            # would not read it; an actor input that is not one leading slice is not built.
+            raise ConfigError("critic_obs and reward_input cannot be combined: the previous reward would land "
+                              "among the values only the critic reads; turn one off")
         rows = self.batch_size * self.seq_len if self.memoryless else self.batch_size  # window starts a batch needs
         if rows > self.buffer_size:
             raise ConfigError(f"batch_size = {self.batch_size}{' x seq_len (memoryless)' if self.memoryless else ''} "

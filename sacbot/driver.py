@@ -15,6 +15,7 @@ Usage::
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from functools import partial
@@ -22,7 +23,7 @@ from functools import partial
 import gymnasium as gym
 
 from .agent import Agent, AgentError
-from .config import Config
+from .config import Config, ConfigError
 from .progress import Progress
 
 
@@ -37,6 +38,19 @@ def make_env(env_id: str, render_mode: str | None = None, kwargs: dict | None = 
     except (gym.error.Error, TypeError, ValueError) as e:
         raise AgentError(f"cannot make env {env_id!r} with kwargs {kwargs or {}}: {e}") from None
     return flatten_if_nested(env)
+
+
+def with_env_critic_obs(cfg: Config, env: gym.Env) -> Config:
+    """``cfg`` with the env's own count of critic-only observation values (its ``critic_obs``
+    attribute, as sacbot/TankDuelRadar-v1 declares): an actor that read them would see what the
+    game hides from the player, so the env's word is not left to a flag."""
+    declared = getattr(env.unwrapped, "critic_obs", 0)
+    if not declared or cfg.critic_obs == declared:
+        return cfg
+    if cfg.critic_obs:
+        raise ConfigError(f"critic_obs = {cfg.critic_obs}, but {cfg.env} declares its last {declared} observation "
+                          f"values critic-only; leave critic_obs unset (or {declared})")
+    return dataclasses.replace(cfg, critic_obs=declared)
 
 
 def flatten_if_nested(env: gym.Env) -> gym.Env:
@@ -68,6 +82,7 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None, lear
     ``learner``: a learner handle to feed instead of one of the bot's own (a shared Ray learner)."""
     stop = stop or threading.Event()
     env = make_env(cfg.env, kwargs=cfg.env_kwargs_dict())
+    cfg = with_env_critic_obs(cfg, env)
     agent = Agent(cfg, env.observation_space, env.action_space, log=agent_log, learner=learner)
     progress = Progress(not cfg.quiet, cfg.steps or None)
     period = 1.0 / cfg.tps

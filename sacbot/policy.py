@@ -45,13 +45,14 @@ class LSTMCell(NamedTuple):
 
 
 class ActorParams(NamedTuple):
-    obs_dim: int
+    obs_dim: int  # the observation's size; the actor reads its first n_obs values
     act_dim: int
     hidden: int
     fc1: Linear
     lstm: LSTMCell
     fc2: Linear
     head: Linear
+    n_obs: int  # obs_dim less the values only the critic reads (Config.critic_obs)
 
 
 class PolicyState(NamedTuple):
@@ -92,8 +93,11 @@ def build_params(arrays: dict[str, np.ndarray]) -> ActorParams:
     sx, lo, hi = _input_quant(arrays, "lstm")
     lstm = LSTMCell(_dequant(arrays, "lstm.w_ih"), _dequant(arrays, "lstm.w_hh"),
                     _f32(arrays["lstm.b_ih"]), _f32(arrays["lstm.b_hh"]), sx, lo, hi)
-    return ActorParams(obs_dim, act_dim, hidden, _linear(arrays, "fc1"), lstm,
-                       _linear(arrays, "fc2"), _linear(arrays, "head"))
+    fc1 = _linear(arrays, "fc1")
+    n_obs = fc1.w.shape[1] - act_dim  # fc1 reads [the actor's observation, the previous action]
+    if not 0 < n_obs <= obs_dim:
+        raise ValueError(f"actor export: fc1 reads {n_obs} observation values, the observation has {obs_dim}")
+    return ActorParams(obs_dim, act_dim, hidden, fc1, lstm, _linear(arrays, "fc2"), _linear(arrays, "head"), n_obs)
 
 
 def initial_state(params: ActorParams) -> PolicyState:
@@ -114,7 +118,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 def mean_and_log_std(params: ActorParams, obs: np.ndarray, state: PolicyState):
     """One actor step: (mean, log_std, h, c)."""
-    x = np.concatenate([obs, state.prev_act]).astype(np.float32, copy=False)
+    x = np.concatenate([obs[: params.n_obs], state.prev_act]).astype(np.float32, copy=False)
     z = np.maximum(_apply(params.fc1, x), 0.0)
     cell = params.lstm
     if cell.x_scale is not None:

@@ -24,6 +24,9 @@ PRESETS: dict[str, dict] = {
     "sacbot/TankDuel-v0": {"init_alpha": 0.02, "n_step": 5, "burn_in": 8},
     # The same rewards, so the same temperature; only the observation differs.
     "sacbot/TankDuelRadar-v0": {"init_alpha": 0.02},
+    # v1 (an asymmetric critic and shaping, docs/learner.md "Session 13"): TankDuel-v0's learning
+    # settings, which its runs used.  Its critic-only values set critic_obs through the env itself.
+    "sacbot/TankDuelRadar-v1": {"init_alpha": 0.02, "n_step": 5, "burn_in": 8},
     # Pendulum with the angle alone: pomdp-baselines' gamma (configs/pomdp/pendulum, 0.9).  Side by
     # side, 25k lockstep steps, eval of 10 episodes, seeds 0 and 1 (docs/learner.md, session 5):
     # gamma 0.9 -145 and -158, the default 0.99 -154 and -208, and 0.9 was ahead all the way

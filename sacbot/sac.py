@@ -82,13 +82,14 @@ def n_step_targets(rew: torch.Tensor, terminated: torch.Tensor, truncated: torch
 
 
 class Actor(nn.Module):
-    """fc1 -> LSTM(h) -> fc2(128) -> [mean | log-std] head, all quantization-aware."""
+    """fc1 -> LSTM(h) -> fc2(128) -> [mean | log-std] head, all quantization-aware.  It reads the
+    observation's first ``obs_dim - critic_obs`` values: the rest are for the critic alone."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: int, quant: bool, bits: int):
+    def __init__(self, obs_dim: int, act_dim: int, hidden: int, quant: bool, bits: int, critic_obs: int = 0):
         super().__init__()
         q = dict(quant=quant, bits=bits)
-        self.act_dim = act_dim
-        self.fc1 = QLinear(obs_dim + act_dim, hidden, input_signed=True, **q)
+        self.act_dim, self.n_obs = act_dim, obs_dim - critic_obs
+        self.fc1 = QLinear(self.n_obs + act_dim, hidden, input_signed=True, **q)
         self.lstm = QLSTM(hidden, hidden, input_signed=False, **q)  # input is post-ReLU
         self.fc2 = QLinear(hidden, FC_HIDDEN, input_signed=True, **q)  # LSTM h in (-1, 1)
         self.head = QLinear(FC_HIDDEN, 2 * act_dim, input_signed=False, **q)
@@ -98,7 +99,7 @@ class Actor(nn.Module):
 
     def forward(self, obs: torch.Tensor, prev_act: torch.Tensor, hc=None):
         """Returns (mean, log_std, hc) for every step of a time-major (T, B, .) sequence."""
-        z = F.relu(self.fc1(torch.cat([obs, prev_act], -1)))
+        z = F.relu(self.fc1(torch.cat([obs[..., : self.n_obs], prev_act], -1)))
         h, hc = self.lstm(z, hc)
         mu, raw = self.head(F.relu(self.fc2(h))).split(self.act_dim, -1)
         return mu, squash_log_std(raw), hc
@@ -154,6 +155,9 @@ class Critic(nn.Module):
 class SACLSTMLearner:
     def __init__(self, obs_dim: int, act_dim: int, cfg: Config):
         self.cfg, self.obs_dim, self.act_dim = cfg, obs_dim, act_dim
+        if not 0 <= cfg.critic_obs < obs_dim:
+            raise ValueError(f"critic_obs = {cfg.critic_obs} leaves the actor nothing of a {obs_dim}-value "
+                             "observation: it must be less than the observation's size")
         device = resolve_device(cfg.device)
         if device.type == "cuda":
             # The deployed actor is numpy fp32 and must match this one (SPEC 11): no TF32 (it
@@ -164,7 +168,7 @@ class SACLSTMLearner:
         quant = cfg.quant == "on"
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
-            self.actor = Actor(obs_dim, act_dim, cfg.hidden, quant, cfg.quant_bits)
+            self.actor = Actor(obs_dim, act_dim, cfg.hidden, quant, cfg.quant_bits, cfg.critic_obs)
             self.critic = Critic(obs_dim, act_dim, cfg.hidden)
             self.target = Critic(obs_dim, act_dim, cfg.hidden)
         self.target.load_state_dict(self.critic.state_dict())

@@ -237,7 +237,7 @@ def test_the_radar_gun_probe_refuses_checkpoints_and_kwargs_it_cannot_play(pendu
     assert p.returncode == 1 and p.stderr.strip().splitlines() == [
         f"probe_radar_gun: {junk}: unreadable checkpoint (BadZipFile: File is not a zip file)"]
     p = run_tool("probe_radar_gun", "--runs", f"a={pendulum_w / 'sac_latest.zip'}")
-    assert p.returncode == 2 and "trained on Pendulum-v1, not sacbot/TankDuelRadar-v0" in p.stderr, p.stderr
+    assert p.returncode == 2 and "trained on Pendulum-v1, not a radar duel" in p.stderr, p.stderr
     ckpt = radar_w / "sac_latest.zip"
     for kwargs, says in (('{"bogus": 1}', "does not make a's env"),
                          ('{"observation": "full"}', "observation='full' changes what the actor trained with"),

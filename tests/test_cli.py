@@ -330,3 +330,24 @@ def test_sigint_during_start_up_exits_130_with_one_line(tmp_path):
     assert p.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert err.strip().splitlines() == ["sacbot: interrupted during start-up; nothing was saved"]
+
+
+@pytest.mark.timeout(150)
+def test_the_radar_duel_v1_keeps_its_critic_values_from_the_actor(tmp_path):
+    """TankDuelRadar-v1 declares its last 14 observation values critic-only: `sacbot run` sets
+    critic_obs from the env, so the saved actor reads the 32 radar values (+ 4 previous actions);
+    a conflicting --critic-obs, or reward_input beside it, is exit 2 with nothing written."""
+    small = ["--env", "sacbot/TankDuelRadar-v1", "--pace", "lockstep", "--hidden", "8", "--batch-size", "2",
+             "--seq-len", "4", "--learning-starts", "8", "--calib-updates", "2"]
+    p = subprocess.run(SACBOT + run_args(tmp_path, *small, "--steps", "40"), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    saved = read_checkpoint(str(tmp_path / "w" / "sac_latest.zip"))
+    assert saved["manifest"]["config"]["critic_obs"] == 14 and saved["manifest"]["spaces"]["obs_dim"] == 46
+    assert saved["arrays"]["export.fc1.w"].shape == (8, 32 + 4)
+    for extra, says in ((["--critic-obs", "3"], "declares its last 14 observation values critic-only"),
+                        (["--reward-input"], "critic_obs and reward_input cannot be combined")):
+        d = tmp_path / extra[0].strip("-")
+        p = subprocess.run(SACBOT + run_args(d, *small, *extra), capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and says in p.stderr, p.stderr
+        assert not (d / "w").exists()

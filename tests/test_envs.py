@@ -15,8 +15,8 @@ from helpers import load_tool
 import sacbot.envs  # noqa: F401 - registers
 from sacbot.envs.tank_duel import RADIUS, TankDuel, bullet_damage
 
-IDS = ["sacbot/TankDuel-v0", "sacbot/TankDuelRadar-v0", "sacbot/CueMemory-v0", "sacbot/Pendulum-P-v0",
-       "sacbot/Pendulum-V-v0"]
+IDS = ["sacbot/TankDuel-v0", "sacbot/TankDuelRadar-v0", "sacbot/TankDuelRadar-v1", "sacbot/CueMemory-v0",
+       "sacbot/Pendulum-P-v0", "sacbot/Pendulum-V-v0"]
 
 
 def test_ids_lists_every_env_sacbot_registers():
@@ -342,10 +342,10 @@ def test_the_radar_duel_refuses_the_aim_mode_that_remembers_for_it():
         TankDuel(observation="lidar")
 
 
-def _radar_pair(observation):
+def _radar_pair(observation, **kw):
     """Two duels from one seed whose sitting ducks stand in different places, so that the
     radar sees them on different ticks."""
-    envs_ = [TankDuel(opponents="sitting_duck", observation=observation) for _ in range(2)]
+    envs_ = [TankDuel(opponents="sitting_duck", observation=observation, **kw) for _ in range(2)]
     for env in envs_:
         env.reset(seed=5)
         place(env, dict(x=400.0, y=300.0, heading=0.0, gun=0.0, radar=0.0, v=0.0))
@@ -354,11 +354,11 @@ def _radar_pair(observation):
     return envs_
 
 
-def _unseen_ticks_after_a_sighting(observation):
+def _unseen_ticks_after_a_sighting(observation, **kw):
     """Play the same actions in both duels (standing still, turning body and gun, holding fire);
     return both observations at every tick where neither radar sees its enemy, after at least one
     of them has seen it."""
-    a, b = _radar_pair(observation)
+    a, b = _radar_pair(observation, **kw)
     acts = np.random.default_rng(0).uniform(-1, 1, (60, 4))
     acts[:, 0], acts[:, 3] = 0.0, -1.0
     seen_once, pairs = False, []
@@ -468,3 +468,90 @@ def test_gun_noise_as_in_training_leaves_memory_winning_and_slows_the_held_gun()
     held_noisy = tool.play(env, tool.with_gun_noise(tool.memoryless(True), 0.35), 3)
     assert mem["win_rate"] == held["win_rate"] == 1.0
     assert held_noisy["win_rate"] < 1.0 or held_noisy["median_ticks_to_win"] > 1.5 * held["median_ticks_to_win"]
+
+
+def test_shaping_pays_a_shot_on_course_when_fired_and_moves_reward_only_in_time():
+    # A shot on course is paid its damage at once and nothing when it lands; a shot off course
+    # nothing (the duck and our tank stand still, so the gun's error, the other term, is constant).
+    radius_deg = math.degrees(math.atan2(RADIUS, 300.0))
+    for off, paid in ((0.5, bullet_damage(3.0) / 10), (2.0, 0.0)):
+        env = TankDuel(opponents="sitting_duck", observation="radar", shaping=True)
+        env.reset(seed=0)
+        place(env, dict(x=200.0, y=300.0, heading=0.0, gun=math.pi / 2 + math.radians(off * radius_deg), v=0.0),
+              dict(x=500.0, y=300.0, v=0.0))
+        env._potential = env._shaping_potential()  # the start, after the placing
+        _, r, *_ = env.step([0, 0, 0, 1.0])
+        assert r == pytest.approx(paid)
+        landed = [env.step([0, 0, 0, 0]) for _ in range(40)]
+        assert sum(info["damage_dealt"] for *_, info in landed) == pytest.approx(paid * 10)
+        assert all(rr == pytest.approx(0.0) for _, rr, *_ in landed)
+    # Turning the gun towards the enemy pays (1 per 180 degrees), away costs, seen or not.
+    env = TankDuel(opponents="sitting_duck", observation="radar", shaping=True)
+    env.reset(seed=0)
+    place(env, dict(x=200.0, y=300.0, heading=0.0, gun=0.0, radar=math.pi, v=0.0), dict(x=500.0, y=300.0, v=0.0))
+    env._potential = env._shaping_potential()
+    obs, r, *_ = env.step([0, 0, 1.0, -1.0])  # 20 degrees towards the duck, due east
+    assert obs[11] == 0.0 and r == pytest.approx(20 / 180)
+    _, r, *_ = env.step([0, 0, -0.5, -1.0])
+    assert r == pytest.approx(-10 / 180)
+    # Over whole games (won, lost, truncated) the return is the unshaped one less phi(start),
+    # the gun's start error / 180 degrees, step for step the same game.
+    rng, moved = np.random.default_rng(0), 0
+    for seed in range(6):
+        actions = rng.uniform(-1, 1, (600, 4))
+        actions[:, 3] = np.where(actions[:, 3] > 0, 1.0, -1.0)
+        games = []
+        for shaping in (False, True):
+            env = TankDuel(opponents="tracker", observation="radar", radar_arc=360, shaping=shaping, max_ticks=300)
+            env.reset(seed=seed)
+            start_error = abs(math.atan2(env.enemy.x - env.me.x, env.enemy.y - env.me.y) - env.me.gun) % (2 * math.pi)
+            rewards = []
+            for a in actions:
+                _, r, term, trunc, _ = env.step(a)
+                rewards.append(r)
+                if term or trunc:
+                    break
+            games.append(rewards)
+        assert len(games[0]) == len(games[1])
+        assert sum(games[1]) == pytest.approx(sum(games[0]) + min(start_error, 2 * math.pi - start_error) / math.pi)
+        moved += any(abs(a - b) > 1e-9 and a != 0 for a, b in zip(games[0], games[1]))
+    assert moved >= 2
+
+
+@pytest.mark.parametrize("kw", ["critic_info", "shaping"])
+@pytest.mark.parametrize("bad", [1, "yes", None])
+def test_the_duels_learning_aids_must_be_bools(kw, bad):
+    with pytest.raises(ValueError, match=f"{kw} must be true or false"):
+        TankDuel(observation="radar", **{kw: bad})
+    with pytest.raises(ValueError, match="critic_info=True needs observation='radar'"):
+        TankDuel(critic_info=True)
+
+
+def test_radar_v1_gives_its_actor_the_v0_observation_and_its_critic_the_enemy_every_tick():
+    """TankDuelRadar-v1's observation is v0's 32 values, then 14 for the critic alone (which it
+    declares, so sacbot keeps them from the actor): the enemy's radar values as if it were in
+    the arc, and our bullets on course to it."""
+    v0, v1 = gym.make(RADAR).unwrapped, gym.make("sacbot/TankDuelRadar-v1").unwrapped
+    assert v1.critic_obs == 14 and v1.observation_space.shape == (46,) and getattr(v0, "critic_obs", 0) == 0
+    rng = np.random.default_rng(3)
+    o0, _ = v0.reset(seed=4)
+    o1, _ = v1.reset(seed=4)
+    unseen = 0
+    for _ in range(200):
+        assert np.array_equal(o0, o1[:32])
+        truth = np.array(v1._enemy_fields()[1:], np.float32).clip(-1.5, 1.5)
+        assert o1[32] == 1.0 and o1[33:45] == pytest.approx(truth)
+        unseen += o1[11] == 0.0
+        a = rng.uniform(-1, 1, 4)
+        o0, *_, t0, u0, _ = v0.step(a)
+        o1, *_, t1, u1, _ = v1.step(a)
+        if t0 or u0:
+            break
+    assert unseen > 100  # the critic's part shows the enemy on ticks the actor's does not
+
+
+def test_v1_carries_nothing_from_earlier_ticks_in_what_the_actor_reads():
+    pairs = _unseen_ticks_after_a_sighting("radar", critic_info=True)
+    assert len(pairs) >= 30
+    for oa, ob in pairs:
+        assert np.array_equal(oa[:32], ob[:32]) and not np.array_equal(oa[32:], ob[32:])

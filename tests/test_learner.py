@@ -398,3 +398,39 @@ def test_update_runs_three_lstm_passes_forward_and_two_backward():
     with Count():
         learner.update(batch)
     assert calls == {"fwd": 3, "bwd": 2}
+
+
+def test_critic_obs_values_reach_the_critic_and_never_the_actor():
+    """Config.critic_obs: the observation's last k values are the critic's alone.  The torch actor
+    and the deployed numpy actor give the same actions whatever those values hold, and match each
+    other; the critic's values do change with them, and the learner trains on them."""
+    k = 5
+    cfg = Config(calib_updates=4, hidden=16, seed=0, init_alpha=0.02, critic_obs=k)
+    learner = SACLSTMLearner(OBS, ACT, cfg)
+    buf, rng = filled_replay(seed=0), np.random.default_rng(0)
+    for _ in range(8):
+        learner.update(buf.sample(8, 16, rng))
+    params = policy.build_params(learner.export_actor())
+    assert params.obs_dim == OBS and params.n_obs == OBS - k
+    assert learner.export_actor()["fc1.w"].shape == (16, OBS - k + ACT)
+    obs = (np.random.default_rng(1).standard_normal((30, OBS)) * 1.5).astype(np.float32)
+    other = obs.copy()
+    other[:, -k:] = np.random.default_rng(2).uniform(-1.5, 1.5, (30, k))
+    runs = []
+    for o in (obs, other):
+        st, acts = policy.initial_state(params), []
+        for t in range(30):
+            a, st = policy.act(params, o[t], st, None)
+            acts.append(a)
+        runs.append(np.array(acts))
+    assert np.array_equal(runs[0], runs[1])
+    with torch.no_grad():
+        prev = torch.cat([torch.zeros(1, 1, ACT), torch.as_tensor(runs[0])[:-1, None]], 0)
+        mus = [learner.actor(torch.as_tensor(o)[:, None], prev)[0] for o in (obs, other)]
+        assert torch.equal(mus[0], mus[1])
+        assert np.abs(torch.tanh(mus[0])[:, 0].numpy() - runs[0]).max() <= 1e-5
+        qs = [learner.critic.heads(learner.critic.head_input(learner.critic.core(torch.as_tensor(o)[:, None], prev)),
+                                   torch.as_tensor(runs[0])[:, None]) for o in (obs, other)]
+        assert (qs[0] - qs[1]).abs().max() > 1e-4  # the critic reads them
+    with pytest.raises(ValueError, match="critic_obs = 35 leaves the actor nothing"):
+        SACLSTMLearner(OBS, ACT, Config(critic_obs=OBS))

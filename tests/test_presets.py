@@ -28,7 +28,7 @@ def test_every_preset_names_a_registered_env_and_loads(env_id):
 
 def test_the_tank_duels_keep_their_low_temperature_and_dense_rewards_get_the_default():
     # TankDuel's ~1.6 per hit is small next to an entropy bonus at alpha 1 (docs/learner.md).
-    for env_id in ("sacbot/TankDuel-v0", "sacbot/TankDuelRadar-v0"):
+    for env_id in ("sacbot/TankDuel-v0", "sacbot/TankDuelRadar-v0", "sacbot/TankDuelRadar-v1"):
         assert preset_for(env_id)[1]["init_alpha"] == 0.02
     assert Config.init_alpha == 1.0
     for env_id in ("Pendulum-v1", "MountainCarContinuous-v0", "sacbot/CueMemory-v0"):
@@ -51,6 +51,8 @@ def test_the_tank_duel_gets_burn_in_and_a_flag_or_env_var_takes_it_back():
     assert load_config(None, {"SACBOT_BURN_IN": "4"}, {}).burn_in == 4  # the default env is TankDuel
     assert Config.burn_in == 0 and load_config(None, {}, {"env": "Pendulum-v1"}).burn_in == 0
     assert load_config(None, {}, {"env": "sacbot/TankDuelRadar-v0"}).burn_in == 0  # not measured there
+    v1 = load_config(None, {}, {"env": "sacbot/TankDuelRadar-v1"})  # its runs used TankDuel-v0's settings
+    assert (v1.burn_in, v1.n_step, v1.critic_obs) == (8, 5, 0)  # critic_obs comes from the env (test_runtime)
 
 
 def test_preset_for_hands_out_a_copy():

@@ -19,8 +19,8 @@ line per point; the last line is the summary.
 ``--train`` runs the training first, one lockstep run at a time, for sacbot and its memoryless
 control against each opponent (issue 15: the radar duel, which leaves memory to the player)::
 
-    python tools/bench_tankduel.py --train --env sacbot/TankDuelRadar-v0 --opponents sitting_duck tracker \
-        --steps 40000 --save-every 2500 --episodes 20 --random sitting_duck tracker
+    python tools/bench_tankduel.py --train --env sacbot/TankDuelRadar-v1 --opponents sitting_duck tracker \
+        --steps 30000 --save-every 5000 --episodes 20 --random sitting_duck tracker
 
 ``--fp32`` also evaluates each run's last checkpoint with its fp32 actor (the QAT actor's float
 weights, inputs clipped to the learned ranges, no rounding) and with the bare float weights,
@@ -48,10 +48,10 @@ from sacbot.envs.tank_duel import OPPONENTS  # noqa: E402
 
 SEED0 = 10_000  # eval episodes use seeds SEED0 + k, apart from training's 0, 1, 2, ...
 # play() reads the duel's info (opponent, won): no other env can be evaluated here.
-TANKDUEL_ENVS = ("sacbot/TankDuel-v0", "sacbot/TankDuelRadar-v0")
+TANKDUEL_ENVS = ("sacbot/TankDuel-v0", "sacbot/TankDuelRadar-v0", "sacbot/TankDuelRadar-v1")
 # Kwargs that change what the actor reads (the observation's layout) or what its gun action
 # means: an actor played under others than it trained with is another function, or fails.
-LAYOUT_KWARGS = ("observation", "gun_control")
+LAYOUT_KWARGS = ("observation", "gun_control", "critic_info")
 
 
 def play(env: gym.Env, act, episodes: int) -> dict:
@@ -124,7 +124,8 @@ def train(a) -> list[str]:
         for variant in ("sacbot", "memoryless"):
             d = tempfile.mkdtemp(prefix=f"tankduel-{variant}-{opp}-")
             cmd = [sys.executable, "-m", "sacbot", "run", "--env", a.env, "--env-kwargs",
-                   json.dumps({"opponents": [opp]}), "--pace", "lockstep", "--steps", str(a.steps),
+                   json.dumps({**a.train_env_kwargs, "opponents": [opp]}), "--pace", "lockstep",
+                   "--steps", str(a.steps),
                    "--seed", str(a.seed), "--save-interval", str(a.save_every), "--keep-last", "1000",
                    "--no-save-replay", "--quiet", "--run-dir", os.path.join(d, "run"),
                    "--weights-path", os.path.join(d, "w"), *(["--memoryless"] if variant == "memoryless" else [])]
@@ -181,9 +182,11 @@ def main() -> int:
                    help="env kwargs laid over each checkpoint's own when evaluating it, e.g. "
                    "'{\"radar_arc\": 40}' for a run trained with a wider radar")
     p.add_argument("--train", action="store_true", help="train sacbot and the memoryless control first")
-    p.add_argument("--env", default=None, help="the duel --train trains in (default sacbot/TankDuelRadar-v0) "
+    p.add_argument("--env", default=None, help="the duel --train trains in (default sacbot/TankDuelRadar-v1) "
                    "and --random plays (default sacbot/TankDuel-v0)")
     p.add_argument("--opponents", nargs="+", default=["sitting_duck", "tracker"], help="with --train")
+    p.add_argument("--train-env-kwargs", type=json_object, default={}, metavar="JSON",
+                   help="with --train: env kwargs for every run (each run's opponent is set by --opponents)")
     p.add_argument("--steps", type=int, default=40000, help="with --train: env steps per run")
     p.add_argument("--save-every", type=int, default=2500, help="with --train: gradient steps between points")
     p.add_argument("--seed", type=int, default=0, help="with --train")
@@ -199,7 +202,14 @@ def main() -> int:
             p.error(f"{flag}: unknown opponent(s) {', '.join(unknown)}; known: {', '.join(sorted(OPPONENTS))}")
     out: dict = {"bench": "tankduel", "episodes": a.episodes, "curves": {}, "random": {}}
     random_env = a.env or "sacbot/TankDuel-v0"
-    a.env = a.env or "sacbot/TankDuelRadar-v0"
+    a.env = a.env or "sacbot/TankDuelRadar-v1"
+    if "opponents" in a.train_env_kwargs:
+        p.error("--train-env-kwargs: give the opponents with --opponents")
+    if a.train:  # a misspelt kwarg fails here, not after the first run's training
+        try:
+            gym.make(a.env, **a.train_env_kwargs).close()
+        except (TypeError, ValueError) as e:
+            p.error(f"--train-env-kwargs {json.dumps(a.train_env_kwargs)} does not make {a.env}: {e}")
     # A bad --eval-env-kwargs fails here, against each run's own env, before any training.
     from tools.bench_learning import checkpoint_config
 

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from sacbot.agent import Agent
     from sacbot.config import Config
-    from sacbot.driver import make_env
+    from sacbot.driver import make_env, with_env_critic_obs
     from sacbot.ray_cluster import LEARNER_NAME, NAMESPACE, RayLearnerClient
 
     try:
@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
               "`sacbot cluster --address auto`", file=sys.stderr)
         return 1
     env = make_env(a.env)
-    cfg = Config(env=a.env, run_dir=f"runs/join-{a.source}", weights_path=f"runs/join-{a.source}", quiet=True)
+    cfg = with_env_critic_obs(Config(env=a.env, run_dir=f"runs/join-{a.source}", weights_path=f"runs/join-{a.source}",
+                                     quiet=True), env)
     link = RayLearnerClient(learner, source=a.source)
     returns = []
     with Agent(cfg, env.observation_space, env.action_space, learner=link) as agent:

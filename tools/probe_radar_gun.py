@@ -158,8 +158,8 @@ def main() -> int:
         except ck.CheckpointError as e:
             print(f"probe_radar_gun: {e}", file=sys.stderr)
             return 1
-        if cfg.get("env") != "sacbot/TankDuelRadar-v0":
-            p.error(f"--runs {name}: {path} trained on {cfg.get('env')}, not sacbot/TankDuelRadar-v0 (the probe "
+        if cfg.get("env") not in ("sacbot/TankDuelRadar-v0", "sacbot/TankDuelRadar-v1"):
+            p.error(f"--runs {name}: {path} trained on {cfg.get('env')}, not a radar duel (the probe "
                     "reads the radar observation's 'seen' field, index 11)")
         why = layout_change(cfg, a.env_kwargs)
         if why:
