@@ -89,8 +89,9 @@ and the radar's heading can carry more); against walker memory wins more.  Its 3
 31     fraction of the episode left * 2 - 1
 =====  ==========================================================================
 
-Two learning aids, for the radar observation, registered together as ``sacbot/TankDuelRadar-v1``
-(docs/learner.md, "Session 13": without them the learner did not learn the radar duel):
+Two learning aids, for the radar observation, registered together with a 120-degree radar as
+``sacbot/TankDuelRadar-v1`` (docs/learner.md, "Session 13": without them the learner did not
+learn the radar duel):
 
 * ``critic_info=True`` appends 14 values for the critic alone (an asymmetric critic): the enemy
   values 11-23 as if it were in the arc (11 is then always 1), and our bullets on course to it / 3.

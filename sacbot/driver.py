@@ -23,7 +23,7 @@ from functools import partial
 import gymnasium as gym
 
 from .agent import Agent, AgentError
-from .config import Config, ConfigError
+from .config import Config, ConfigError, log
 from .progress import Progress
 
 
@@ -50,6 +50,8 @@ def with_env_critic_obs(cfg: Config, env: gym.Env) -> Config:
     if cfg.critic_obs:
         raise ConfigError(f"critic_obs = {cfg.critic_obs}, but {cfg.env} declares its last {declared} observation "
                           f"values critic-only; leave critic_obs unset (or {declared})")
+    log.info("%s declares its last %d observation values critic-only: the actor never reads them "
+             "(critic_obs=%d)", cfg.env, declared, declared)
     return dataclasses.replace(cfg, critic_obs=declared)
 
 
