@@ -98,7 +98,8 @@ learn the radar duel):
   The env declares them (``critic_obs = 14``); sacbot reads that and never gives them to the actor,
   so what the actor, and the deployed bot, sees is still the 32 values above.
 * ``shaping=True`` adds a potential-based shaping term phi(s') - phi(s) to the reward (Ng et al.,
-  1999: the best policy is unchanged): phi is the damage our bullets on course will deal / 10,
+  1999; undiscounted, so for a learner's gamma < 1 the best policy is nearly, not exactly, kept):
+  phi is the damage our bullets on course will deal / 10,
   less the gun's bearing error to the enemy / 180 degrees, and 0 at an episode's end.  A shot on
   course is paid when fired rather than when it lands, and every gun turn towards the enemy pays,
   seen or not.  A return differs from the unshaped one by -phi(start), at most 1.
@@ -258,7 +259,9 @@ class TankDuel(gym.Env):
         if critic_info and observation != "radar":
             raise ValueError("critic_info=True needs observation='radar': the full observation has no hidden "
                              "state to give the critic")
-        self.shaping = shaping
+        # The shaped reward reads the enemy's true position, so it must not become an input
+        # (sacbot refuses reward_input when an env says so).
+        self.shaping = self.privileged_reward = shaping
         # The number of trailing observation values for the critic alone; sacbot reads this
         # attribute and never gives them to the actor (Config.critic_obs).
         self.critic_obs = CRITIC_OBS_DIM if critic_info else 0
@@ -381,11 +384,15 @@ class TankDuel(gym.Env):
             reward -= 5.0
         truncated = not terminated and self.tick >= self.max_ticks
         if self.shaping:
-            # Potential-based shaping (Ng et al., 1999): reward += phi(s') - phi(s), which leaves the
-            # best policy as it was.  phi credits a shot on course with its damage when it leaves the
-            # gun (taken back when it lands, or leaves the course), instead of ~30 ticks later, and
-            # pays the gun's turn towards the enemy every tick, seen or not.  phi is 0 at an
-            # episode's end, so a return differs from the unshaped one by -phi(start) alone.
+            # Potential-based shaping (Ng et al., 1999): reward += phi(s') - phi(s).  phi credits a
+            # shot on course with its damage when it leaves the gun (taken back when it lands, or
+            # leaves the course), instead of ~30 ticks later, and pays the gun's turn towards the
+            # enemy every tick, seen or not.  phi is 0 at an episode's end, so a return differs from
+            # the unshaped one by -phi(start) alone.  Not exactly policy-invariant for a learner
+            # that discounts (Ng's term is gamma * phi(s'), and the env does not know gamma): at
+            # 0.99 a shot that is on course when fired nets (1 - 0.99^k) of its credit even if the
+            # target then turns away, and zeroing phi at truncation, where the learner bootstraps,
+            # errs on that one tick.  Kept so, as measured (docs/learner.md, "Session 13").
             potential = 0.0 if terminated or truncated else self._shaping_potential()
             reward += potential - self._potential
             self._potential = potential

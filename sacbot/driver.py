@@ -43,7 +43,13 @@ def make_env(env_id: str, render_mode: str | None = None, kwargs: dict | None = 
 def with_env_critic_obs(cfg: Config, env: gym.Env) -> Config:
     """``cfg`` with the env's own count of critic-only observation values (its ``critic_obs``
     attribute, as sacbot/TankDuelRadar-v1 declares): an actor that read them would see what the
-    game hides from the player, so the env's word is not left to a flag."""
+    game hides from the player, so the env's word is not left to a flag.  An env whose reward is
+    computed from hidden state (its ``privileged_reward`` attribute: TankDuel's shaping) refuses
+    reward_input, which would hand that reward to the actor as an input."""
+    if cfg.reward_input and getattr(env.unwrapped, "privileged_reward", False):
+        raise ConfigError(f"reward_input = True, but {cfg.env}'s reward is computed from state the actor must not see "
+                          "(its privileged_reward): as an input it would tell the actor what the game hides; turn "
+                          "reward_input off")
     declared = getattr(env.unwrapped, "critic_obs", 0)
     if not declared or cfg.critic_obs == declared:
         return cfg

@@ -345,9 +345,33 @@ def test_the_radar_duel_v1_keeps_its_critic_values_from_the_actor(tmp_path):
     saved = read_checkpoint(str(tmp_path / "w" / "sac_latest.zip"))
     assert saved["manifest"]["config"]["critic_obs"] == 14 and saved["manifest"]["spaces"]["obs_dim"] == 46
     assert saved["arrays"]["export.fc1.w"].shape == (8, 32 + 4)
+    p = subprocess.run(SACBOT + ["eval", "--env", "sacbot/TankDuelRadar-v1", "--weights-path", str(tmp_path / "w"),
+                                 "--run-dir", str(tmp_path / "eval"), "--episodes", "1", "--quiet"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "critic_obs=14" in p.stderr, p.stderr
     for extra, says in ((["--critic-obs", "3"], "declares its last 14 observation values critic-only"),
-                        (["--reward-input"], "critic_obs and reward_input cannot be combined")):
+                        (["--reward-input"], "computed from state the actor must not see")):
         d = tmp_path / extra[0].strip("-")
         p = subprocess.run(SACBOT + run_args(d, *small, *extra), capture_output=True, text=True, timeout=60)
         assert p.returncode == 2 and says in p.stderr, p.stderr
         assert not (d / "w").exists()
+
+
+def test_an_env_declares_what_the_actor_must_not_read_and_a_flag_cannot_undo_it():
+    import gymnasium as gym
+
+    import sacbot.envs  # noqa: F401 - registers
+    from sacbot.config import Config
+    from sacbot.driver import with_env_critic_obs
+
+    v1 = gym.make("sacbot/TankDuelRadar-v1")
+    assert with_env_critic_obs(Config(env="sacbot/TankDuelRadar-v1"), v1).critic_obs == 14
+    with pytest.raises(ConfigError, match="declares its last 14 observation values critic-only"):
+        with_env_critic_obs(Config(env="sacbot/TankDuelRadar-v1", critic_obs=3), v1)
+    plain = Config(env="sacbot/TankDuelRadar-v0", critic_obs=2)  # an env that declares nothing: as given
+    assert with_env_critic_obs(plain, gym.make("sacbot/TankDuelRadar-v0")) is plain
+    # A reward shaped from hidden state would reach the actor as reward_input's extra input.
+    shaped = gym.make("sacbot/TankDuelRadar-v0", shaping=True)
+    with pytest.raises(ConfigError, match="reward_input = True, but .* computed from state the actor must not see"):
+        with_env_critic_obs(Config(env="sacbot/TankDuelRadar-v0", reward_input=True), shaped)
+    assert with_env_critic_obs(Config(env="sacbot/TankDuelRadar-v0"), shaped).critic_obs == 0

@@ -523,6 +523,9 @@ def test_shaping_pays_a_shot_on_course_when_fired_and_moves_reward_only_in_time(
 def test_the_duels_learning_aids_must_be_bools(kw, bad):
     with pytest.raises(ValueError, match=f"{kw} must be true or false"):
         TankDuel(observation="radar", **{kw: bad})
+
+
+def test_critic_info_needs_the_radar_observation():
     with pytest.raises(ValueError, match="critic_info=True needs observation='radar'"):
         TankDuel(critic_info=True)
 
@@ -542,6 +545,8 @@ def test_radar_v1_gives_its_actor_the_v0_observation_and_its_critic_the_enemy_ev
         assert np.array_equal(o0, o1[:32])
         truth = np.array(v1._enemy_fields()[1:], np.float32).clip(-1.5, 1.5)
         assert o1[32] == 1.0 and o1[33:45] == pytest.approx(truth)
+        en = v1.enemy
+        assert o1[45] == pytest.approx(min(len(v1._on_course(en.x, en.y, en.heading, en.v)) / 3, 1.0))
         unseen += o1[11] == 0.0
         a = rng.uniform(-1, 1, 4)
         o0, *_, t0, u0, _ = v0.step(a)
@@ -549,6 +554,10 @@ def test_radar_v1_gives_its_actor_the_v0_observation_and_its_critic_the_enemy_ev
         if t0 or u0:
             break
     assert unseen > 60  # the critic's part shows the enemy on ticks the actor's does not
+    v1.reset(seed=0)  # a shot on course shows in the critic's last value, unseen or not
+    place(v1, dict(x=200.0, y=300.0, heading=0.0, gun=math.pi / 2, radar=math.pi, v=0.0), dict(x=500.0, y=300.0, v=0.0))
+    o1, *_ = v1.step([0, 0, 0, 1.0])
+    assert o1[11] == 0.0 and o1[45] == pytest.approx(1 / 3)
 
 
 def test_v1_carries_nothing_from_earlier_ticks_in_what_the_actor_reads():

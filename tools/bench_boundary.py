@@ -72,12 +72,12 @@ def _bench_config(tmp: str, **kw):
 def arm_act(learner: str, env: str, ticks: int, warmup: int, utd: float, hidden: int, learning_starts: int,
             seed: int, limit_s: float, nice: int = 0) -> dict:
     from sacbot.agent import Agent
-    from sacbot.driver import make_env
+    from sacbot.driver import make_env, with_env_critic_obs
 
     tmp = tempfile.mkdtemp(prefix="sacbot-bench-act-")
     e = make_env(env)
-    cfg = _bench_config(tmp, env=env, learner=learner, utd_ratio=utd, hidden=hidden, seed=seed,
-                        learning_starts=learning_starts, pace="free")
+    cfg = with_env_critic_obs(_bench_config(tmp, env=env, learner=learner, utd_ratio=utd, hidden=hidden, seed=seed,
+                                            learning_starts=learning_starts, pace="free"), e)
     agent = Agent(cfg, e.observation_space, e.action_space, log=lambda m: None)
     if nice and learner == "process":  # an experiment: the learner process yields the CPU to acting
         os.setpriority(os.PRIO_PROCESS, agent.learner.proc.pid, nice)
@@ -172,15 +172,15 @@ def _transitions(env: str, n: int, seed: int) -> list:
 def arm_steps(learner: str, env: str, chunk: int, chunks: int, warm_chunks: int, prefill: int, utd: float,
               hidden: int, calib: int, seed: int, nice: int = 0) -> dict:
     from sacbot.agent import Agent
-    from sacbot.driver import make_env
+    from sacbot.driver import make_env, with_env_critic_obs
     from sacbot.messages import Transition
 
     n_total = prefill + chunk * (warm_chunks + chunks)
     stream = _transitions(env, n_total, seed)
     tmp = tempfile.mkdtemp(prefix="sacbot-bench-steps-")
     e = make_env(env)
-    cfg = _bench_config(tmp, env=env, learner=learner, utd_ratio=utd, hidden=hidden, seed=seed,
-                        learning_starts=prefill, calib_updates=calib, pace="free")
+    cfg = with_env_critic_obs(_bench_config(tmp, env=env, learner=learner, utd_ratio=utd, hidden=hidden, seed=seed,
+                                            learning_starts=prefill, calib_updates=calib, pace="free"), e)
     agent = Agent(cfg, e.observation_space, e.action_space, log=lambda m: None)
     link = agent.learner
     if nice and learner == "process":

@@ -184,6 +184,9 @@ def sb3_curve(a, env_id: str, seed: int, marks: list[int]) -> dict | None:
     import sacbot.envs  # noqa: F401
 
     torch.set_num_threads(1)
+    if getattr(gym.make(env_id).unwrapped, "critic_obs", 0):  # SB3's actor would read them
+        raise SystemExit(f"bench_learning: {env_id} ends its observation in values for sacbot's critic alone; "
+                         "the SB3 baseline cannot keep them from its actor")
     model = SAC("MlpPolicy", gym.make(env_id), seed=seed, verbose=0, learning_starts=1000, device="cpu")
     curve: list[tuple[int, float]] = []
 
