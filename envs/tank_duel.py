@@ -269,8 +269,7 @@ class TankDuel(gym.Env):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.opponents, self.schedule, self.max_ticks = tuple(opponents), schedule, int(max_ticks)
         self.render_mode = render_mode
-        dim = RADAR_OBS_DIM if observation == "radar" else OBS_DIM
-        dim += self.critic_obs
+        dim = (RADAR_OBS_DIM if observation == "radar" else OBS_DIM) + self.critic_obs
         self.observation_space = gym.spaces.Box(-1.5, 1.5, (dim,), np.float32)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
         self._episode = -1
@@ -308,7 +307,7 @@ class TankDuel(gym.Env):
         self._seen_tick = -(10**9)
         self._events = (0.0, 0.0, 0.0)
         self._see()
-        self._potential = self._shaping_potential()
+        self._potential = self._shaping_potential() if self.shaping else 0.0
         return self._obs(), {"opponent": self.opponent}
 
     def step(self, action):
