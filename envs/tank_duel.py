@@ -539,10 +539,12 @@ class TankDuel(gym.Env):
         """What the tank knows of itself and what the radar sees this tick, nothing older; then,
         with ``critic_info``, the values for the critic alone."""
         me, en = self.me, self.enemy
-        seen = self._enemy_fields() if self.in_radar_arc() else (0.0,) * 13
+        in_arc = self.in_radar_arc()
+        truth = self._enemy_fields() if in_arc or self.critic_obs else ()  # computed once for both parts
+        seen = truth if in_arc else (0.0,) * 13
         critic: tuple[float, ...] = ()
         if self.critic_obs:  # the enemy as if in the arc, and our bullets on course to it
-            critic = (*self._enemy_fields(), min(len(self._on_course(en.x, en.y, en.heading, en.v)) / 3, 1.0))
+            critic = (*truth, min(len(self._on_course(en.x, en.y, en.heading, en.v)) / 3, 1.0))
         obs = np.array([
             me.x / (W / 2) - 1, me.y / (H / 2) - 1, math.sin(me.heading), math.cos(me.heading),
             me.v / MAX_SPEED, me.energy / 50 - 1, math.sin(me.gun), math.cos(me.gun), min(me.heat / 1.6, 1.0),

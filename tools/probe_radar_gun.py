@@ -44,6 +44,13 @@ def gun_error_deg(env) -> float:
     return math.degrees(_wrap(_bearing(me, en.x, en.y) - me.gun))
 
 
+def corr(x: np.ndarray, y: np.ndarray, m: np.ndarray) -> float | None:
+    """Correlation of x and y over the ticks m, to 3 places; None where it is undefined."""
+    if m.sum() < 2 or x[m].std() == 0 or y[m].std() == 0:
+        return None
+    return round(float(np.corrcoef(x[m], y[m])[0, 1]), 3)
+
+
 def split_by_sight(seen: np.ndarray, gun_turn: np.ndarray, err_before: np.ndarray,
                    err_after: np.ndarray, gun_std: np.ndarray) -> dict:
     """Per group of ticks (enemy in the observation or not), from signed gun errors in degrees:
@@ -56,12 +63,11 @@ def split_by_sight(seen: np.ndarray, gun_turn: np.ndarray, err_before: np.ndarra
     out = {}
     for name, m in (("seen", seen), ("unseen", ~seen)):
         n = int(m.sum())
-        defined = n > 1 and gun_turn[m].std() > 0 and ideal[m].std() > 0
         out[name] = {
             "ticks": n,
             "mean_abs_gun_turn": round(float(np.abs(gun_turn[m]).mean()), 3) if n else None,
             "gun_error_change_deg": round(float(closer[m].mean()), 2) if n else None,
-            "corr_with_closing_turn": round(float(np.corrcoef(gun_turn[m], ideal[m])[0, 1]), 3) if defined else None,
+            "corr_with_closing_turn": corr(gun_turn, ideal, m),
             "gun_noise_std": round(float(gun_std[m].mean()), 3) if n else None}
     return out
 
@@ -125,8 +131,7 @@ def probe(path: str, arc: float, episodes: int, env_kwargs: dict) -> dict:
     slope = np.concatenate(critic_gun_slopes(path, cfg, played))
     ideal = np.clip(before_a / 20.0, -1.0, 1.0)
     for name, m in (("seen", seen_a), ("unseen", ~seen_a)):
-        ok = m.sum() > 1 and slope[m].std() > 0 and ideal[m].std() > 0
-        r[name]["critic_slope_corr"] = round(float(np.corrcoef(slope[m], ideal[m])[0, 1]), 3) if ok else None
+        r[name]["critic_slope_corr"] = corr(slope, ideal, m)
     r.update(checkpoint=path, train_env_kwargs=cfg.get("env_kwargs"), arc=arc, episodes=episodes,
              won=wins / episodes)
     return r
