@@ -194,6 +194,7 @@ def run_tool(name, *args, **kw):
     (["--random", "nobody"], "--random: unknown opponent(s) nobody; known: sitting_duck"),
     (["--train", "--steps", "-5"], "--steps wants an integer >= 1"),
     (["--train", "--save-every", "0"], "--save-every wants an integer >= 1"),
+    (["--train", "--jobs", "0"], "--jobs wants an integer >= 1"),
     (["--train", "--opponents", "nobody"], "--opponents: unknown opponent(s) nobody"),
     (["--train", "--env", "Pendulum-v1"], "--env wants one of sacbot/TankDuel-v0, sacbot/TankDuelRadar-v0"),
 ])
@@ -208,10 +209,28 @@ def test_bench_tankduel_shows_a_failed_training_runs_message_and_keeps_its_dir(t
     p = run_tool("bench_tankduel", "--train", "--steps", "1", "--seed", "-1", "--opponents", "sitting_duck",
                  env={**os.environ, "TMPDIR": str(tmp_path)})
     assert p.returncode == 2, p.stderr
-    assert "training sacbot against sitting_duck failed (exit 2)" in p.stderr and "seed = -1" in p.stderr
+    assert "training sacbot against sitting_duck (seed -1) failed (exit 2)" in p.stderr and "seed = -1" in p.stderr
     # kept, and named: a run that dies late holds checkpoints
     (kept,) = os.listdir(tmp_path)
     assert f"its files are in {tmp_path / kept}" in p.stderr
+
+
+def test_bench_tankduel_finals_are_each_seeds_last_point_and_the_gap_over_the_control():
+    bench = load_tool("bench_tankduel")
+
+    def curve(*wins):
+        return [{"actor": "int8", "win_rate": w} for w in wins]
+
+    f = bench.finals({
+        "sacbot-sitting_duck-s0": curve(0.1, 0.8), "sacbot-sitting_duck-s1": curve(0.9, 0.4),
+        "memoryless-sitting_duck-s0": curve(0.2, 0.1), "memoryless-sitting_duck-s1": curve(0.0, 0.3),
+        # the fp32 rows of a last checkpoint are not its int8 actor's result
+        "sacbot-tracker-s0": curve(0.5, 0.95) + [{"actor": "fp32", "win_rate": 0.0}],
+        "lstm": curve(1.0)})  # a name --train does not give is not a seed of anything
+    sd = f["sitting_duck"]
+    assert sd["sacbot"] == {"0": 0.8, "1": 0.4} and sd["memoryless"] == {"0": 0.1, "1": 0.3}
+    assert sd["sacbot_mean"] == pytest.approx(0.6) and sd["gap"] == pytest.approx(0.4)
+    assert f["tracker"] == {"sacbot": {"0": 0.95}, "sacbot_mean": 0.95} and set(f) == {"sitting_duck", "tracker"}
 
 
 @pytest.mark.timeout(120)

@@ -16,11 +16,16 @@ evaluated in the duel it trained on; ``--eval-env-kwargs`` lays kwargs over thos
 random policy's), e.g. to play a run trained with a wide radar at the registered arc.  One JSON
 line per point; the last line is the summary.
 
-``--train`` runs the training first, one lockstep run at a time, for sacbot and its memoryless
-control against each opponent (issue 15: the radar duel, which leaves memory to the player)::
+``--train`` runs the training first, lockstep, ``--jobs`` runs at a time (each takes a core), for
+sacbot and its memoryless control against each opponent, once per ``--seed`` (issue 15: the radar
+duel, which leaves memory to the player)::
 
     python tools/bench_tankduel.py --train --env sacbot/TankDuelRadar-v1 --opponents sitting_duck tracker \
-        --steps 30000 --save-every 5000 --episodes 20 --random sitting_duck tracker
+        --seed 0 1 2 --jobs 2 --steps 60000 --save-every 5000 --episodes 20 --random sitting_duck tracker
+
+The summary's ``final`` holds, per opponent, each seed's win rate at its last checkpoint for sacbot
+and the control (runs named ``sacbot-OPPONENT-sSEED`` and ``memoryless-OPPONENT-sSEED``, as
+``--train`` names them), their means and sacbot's ``gap`` over the control.
 
 ``--fp32`` also evaluates each run's last checkpoint with its fp32 actor (the QAT actor's float
 weights, inputs clipped to the learned ranges, no rounding) and with the bare float weights,
@@ -30,11 +35,13 @@ beside the int8 actor acting runs.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 
 import gymnasium as gym
 import numpy as np
@@ -117,29 +124,60 @@ def random_fn(seed: int):
     return lambda obs, state: (rng.uniform(-1, 1, 4).astype(np.float32), None)
 
 
+def train_cmd(a, variant: str, opp: str, seed: int, d: str) -> list[str]:
+    return [sys.executable, "-m", "sacbot", "run", "--env", a.env, "--env-kwargs",
+            json.dumps({**a.train_env_kwargs, "opponents": [opp]}), "--pace", "lockstep", "--steps", str(a.steps),
+            "--seed", str(seed), "--save-interval", str(a.save_every), "--keep-last", "1000",
+            "--no-save-replay", "--quiet", "--run-dir", os.path.join(d, "run"),
+            "--weights-path", os.path.join(d, "w"), *(["--memoryless"] if variant == "memoryless" else [])]
+
+
 def train(a) -> list[str]:
-    """One lockstep run per (variant, opponent), one at a time; returns NAME=WEIGHTS_DIR specs."""
-    specs = []
-    for opp in a.opponents:
-        for variant in ("sacbot", "memoryless"):
-            d = tempfile.mkdtemp(prefix=f"tankduel-{variant}-{opp}-")
-            cmd = [sys.executable, "-m", "sacbot", "run", "--env", a.env, "--env-kwargs",
-                   json.dumps({**a.train_env_kwargs, "opponents": [opp]}), "--pace", "lockstep",
-                   "--steps", str(a.steps),
-                   "--seed", str(a.seed), "--save-interval", str(a.save_every), "--keep-last", "1000",
-                   "--no-save-replay", "--quiet", "--run-dir", os.path.join(d, "run"),
-                   "--weights-path", os.path.join(d, "w"), *(["--memoryless"] if variant == "memoryless" else [])]
-            print("training: " + " ".join(cmd), file=sys.stderr, flush=True)
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode != 0:
-                # The child's own message says what was wrong (captured: its progress is noise here).
-                # Its directory is kept: a run that died late holds checkpoints worth evaluating.
-                tail = "\n".join(r.stderr.strip().splitlines()[-5:])
-                print(f"bench_tankduel: training {variant} against {opp} failed (exit {r.returncode}); its files "
-                      f"are in {d}:\n{tail}", file=sys.stderr)
-                sys.exit(r.returncode if r.returncode > 0 else 1)
-            specs.append(f"{variant}-{opp}={os.path.join(d, 'w')}")
-    return specs
+    """One lockstep run per (opponent, seed, variant), ``--jobs`` at a time (each takes a core);
+    returns NAME=WEIGHTS_DIR specs, named VARIANT-OPPONENT-sSEED."""
+    runs = [(variant, opp, seed) for opp in a.opponents for seed in a.seed for variant in ("sacbot", "memoryless")]
+    dirs: dict = {}
+    failed = threading.Event()  # after a failure no run starts; those running finish
+
+    def one(run):
+        if failed.is_set():
+            return None
+        dirs[run] = d = tempfile.mkdtemp(prefix="tankduel-{}-{}-s{}-".format(*run))
+        cmd = train_cmd(a, *run, d)
+        print("training: " + " ".join(cmd), file=sys.stderr, flush=True)
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            failed.set()
+            # The child's own message says what was wrong (captured: its progress is noise here).
+            # Its directory is kept: a run that died late holds checkpoints worth evaluating.
+            tail = "\n".join(r.stderr.strip().splitlines()[-5:])
+            print("bench_tankduel: training {} against {} (seed {}) failed (exit {}); its files are in {}:\n{}"
+                  .format(*run, r.returncode, d, tail), file=sys.stderr)
+        return r.returncode
+
+    with concurrent.futures.ThreadPoolExecutor(a.jobs, thread_name_prefix="bench-train") as pool:
+        codes = [c for c in pool.map(one, runs) if c]
+    if codes:
+        sys.exit(codes[0] if codes[0] > 0 else 1)
+    return ["{}-{}-s{}={}".format(*run, os.path.join(dirs[run], "w")) for run in runs]
+
+
+def finals(curves: dict) -> dict:
+    """Each --train opponent's last-checkpoint win rates per seed, their means, and sacbot's gap
+    over the memoryless control (issue 15's goal: >= 0.8 and >= 0.3 above the control)."""
+    out: dict = {}
+    for name, curve in curves.items():
+        variant, _, rest = name.partition("-")
+        opp, _, seed = rest.rpartition("-s")
+        if variant in ("sacbot", "memoryless") and curve and seed.isdigit():
+            last = [r for r in curve if r["actor"] == "int8"][-1]
+            out.setdefault(opp, {}).setdefault(variant, {})[seed] = last["win_rate"]
+    for per in out.values():
+        means = {v: float(np.mean(list(w.values()))) for v, w in per.items()}
+        per.update({f"{v}_mean": m for v, m in means.items()})
+        if len(means) == 2:
+            per["gap"] = means["sacbot"] - means["memoryless"]
+    return out
 
 
 def evaluate_run(name: str, wdir: str, a) -> list[dict]:
@@ -189,9 +227,11 @@ def main() -> int:
                    help="with --train: env kwargs for every run (each run's opponent is set by --opponents)")
     p.add_argument("--steps", type=int, default=40000, help="with --train: env steps per run")
     p.add_argument("--save-every", type=int, default=2500, help="with --train: gradient steps between points")
-    p.add_argument("--seed", type=int, default=0, help="with --train")
+    p.add_argument("--seed", type=int, nargs="+", default=[0], help="with --train: one run per seed and variant")
+    p.add_argument("--jobs", type=int, default=1, help="with --train: runs at once (each takes a core)")
     a = p.parse_args()
-    for flag, value in (("--episodes", a.episodes), ("--steps", a.steps), ("--save-every", a.save_every)):
+    for flag, value in (("--episodes", a.episodes), ("--steps", a.steps), ("--save-every", a.save_every),
+                        ("--jobs", a.jobs)):
         if value < 1:
             p.error(f"{flag} wants an integer >= 1, got {value}")
     if a.env is not None and a.env not in TANKDUEL_ENVS:
@@ -253,6 +293,7 @@ def main() -> int:
         r.update(run="random", opponent=opp)
         print(json.dumps(r), flush=True)
         out["random"][opp] = r
+    out["final"] = finals(out["curves"])
     print(json.dumps(out))
     return 0
 
