@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -138,6 +139,7 @@ def train(a) -> list[str]:
     runs = [(variant, opp, seed) for opp in a.opponents for seed in a.seed for variant in ("sacbot", "memoryless")]
     dirs: dict = {}
     failed = threading.Event()  # after a failure no run starts; those running finish
+    done: list = []
 
     def one(run):
         if failed.is_set():
@@ -145,8 +147,13 @@ def train(a) -> list[str]:
         dirs[run] = d = tempfile.mkdtemp(prefix="tankduel-{}-{}-s{}-".format(*run))
         cmd = train_cmd(a, *run, d)
         print("training: " + " ".join(cmd), file=sys.stderr, flush=True)
+        t0 = time.monotonic()
         r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
+        if r.returncode == 0:  # progress: a run takes minutes to hours
+            done.append(run)
+            print("bench_tankduel: trained {} against {} (seed {}) in {:.1f} min; {} of {} runs done"
+                  .format(*run, (time.monotonic() - t0) / 60, len(done), len(runs)), file=sys.stderr, flush=True)
+        else:
             failed.set()
             # The child's own message says what was wrong (captured: its progress is noise here).
             # Its directory is kept: a run that died late holds checkpoints worth evaluating.
