@@ -136,7 +136,8 @@ def train_cmd(a, variant: str, opp: str, seed: int, d: str) -> list[str]:
 def train(a) -> list[str]:
     """One lockstep run per (opponent, seed, variant), ``--jobs`` at a time (each takes a core);
     returns NAME=WEIGHTS_DIR specs, named VARIANT-OPPONENT-sSEED."""
-    runs = [(variant, opp, seed) for opp in a.opponents for seed in a.seed for variant in ("sacbot", "memoryless")]
+    runs = [(variant, opp, seed) for opp in dict.fromkeys(a.opponents) for seed in dict.fromkeys(a.seed)
+            for variant in ("sacbot", "memoryless")]  # a seed or opponent given twice is one run
     dirs: dict = {}
     failed = threading.Event()  # after a failure no run starts; those running finish
     done: list = []
@@ -163,7 +164,11 @@ def train(a) -> list[str]:
         return r.returncode
 
     with concurrent.futures.ThreadPoolExecutor(a.jobs, thread_name_prefix="bench-train") as pool:
-        codes = [c for c in pool.map(one, runs) if c]
+        try:
+            codes = [c for c in pool.map(one, runs) if c]
+        except KeyboardInterrupt:  # no run starts after it; those running got the SIGINT too
+            failed.set()
+            raise
     if codes:
         sys.exit(codes[0] if codes[0] > 0 else 1)
     return ["{}-{}-s{}={}".format(*run, os.path.join(dirs[run], "w")) for run in runs]
@@ -287,7 +292,12 @@ def main() -> int:
             eval_env(cfg, a.eval_env_kwargs).close()
         except (TypeError, ValueError) as e:
             p.error(f"--eval-env-kwargs {json.dumps(a.eval_env_kwargs)} does not make {what}'s env: {e}")
-    for spec in list(a.runs) + (train(a) if a.train else []):
+    try:
+        trained = train(a) if a.train else []
+    except KeyboardInterrupt:  # the runs got the same SIGINT: each saved its checkpoint and stopped
+        print("bench_tankduel: interrupted while training; nothing evaluated", file=sys.stderr)
+        return 130
+    for spec in list(a.runs) + trained:
         name, _, wdir = spec.partition("=")
         try:
             out["curves"][name] = evaluate_run(name, wdir, a)
