@@ -707,13 +707,14 @@ RESUME_FIELDS = {
     "quant": "the actor's layers (quantization-aware or fp32)",
     "quant_bits": "the integer grid the actor's scales were learned for",
     "memoryless": "whether the actor and critic were trained with a recurrent state at all",
+    "critic_memory": "whether the critic read the history or each step alone",
     "reward_input": "the networks' inputs (the previous reward is one of them)",
     "critic_obs": "which observation values the actor reads (the rest are the critic's alone)",
 }
 
 
 # A saved config without these fields was trained with this value (the field came later).
-_ABSENT_MEANS = {"reward_input": False, "critic_obs": 0}
+_ABSENT_MEANS = {"reward_input": False, "critic_obs": 0, "critic_memory": True}
 
 
 def config_differences(saved_cfg: dict, cfg: dict) -> list[tuple[str, object, object]]:

@@ -172,7 +172,7 @@ def cmd_inspect(args) -> int:
     print(f"  byte cap {cap.bytes:,d} ({cap.why}); the entries hold {raw:,d} decompressed bytes")
     cfg = m.get("config", {})
     keys = ("env", "hidden", "batch_size", "seq_len", "utd_ratio", "buffer_size", "quant", "quant_bits",
-            "memoryless", "reward_input", "critic_obs", "gamma", "n_step")
+            "memoryless", "critic_memory", "reward_input", "critic_obs", "gamma", "n_step")
     print("  config: " + ", ".join(f"{k}={cfg[k]}" for k in keys if k in cfg))
     return 0
 

@@ -101,6 +101,11 @@ class Config:
     memoryless: bool = _f(False, "Control experiment: reset the recurrent state (and previous action) "
                                  "every step, in acting and in training (batch_size * seq_len sequences of 1).",
                            group="learner")
+    critic_memory: bool = _f(True, "The critic reads the history through its LSTM (on) or each step alone, "
+                                   "(observation, previous action) from a zero state (off). Off suits an env "
+                                   "whose critic-only values (critic_obs) carry the hidden state: the critic "
+                                   "then sees the state itself. The actor keeps its memory either way.",
+                              group="learner")
     reward_input: bool = _f(False, "Give the actor and critic the previous reward as one more input (pomdp-baselines "
                                    "does): it reveals state that a partial observation hides (Pendulum-V: the "
                                    "angle). The POMDP Pendulums' presets turn it on. It shares the input "

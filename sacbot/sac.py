@@ -224,6 +224,14 @@ class SACLSTMLearner:
         def steps(x: torch.Tensor) -> torch.Tensor:  # back to (T+1, B, .)
             return x.reshape(T1, B, x.shape[-1])
 
+        def core(net: Critic, o: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+            if cfg.critic_memory or cfg.memoryless:
+                return net.core(o, p)
+            # A critic without memory reads every step as a sequence of its own (the windows, and
+            # so n-step returns and the actor's burn-in, stay as they are).
+            n_steps, b = o.shape[:2]
+            return net.core(o.reshape(1, n_steps * b, -1), p.reshape(1, n_steps * b, -1)).reshape(n_steps, b, -1)
+
         # Actor over the whole window: its actions at t serve the actor loss, at t+1
         # the critic target.  Noise comes from the learner's own generator.
         mu, log_std, _ = self.actor(seq_obs, seq_prev)
@@ -233,9 +241,9 @@ class SACLSTMLearner:
         a_pi, logp = torch.tanh(u), tanh_log_prob(u, mu, log_std)
 
         # Critic: the recurrent core runs once; its output feeds both losses.
-        hw = self.critic.head_input(self.critic.core(crit_obs, crit_prev))
+        hw = self.critic.head_input(core(self.critic, crit_obs, crit_prev))
         with torch.no_grad():
-            h_targ = steps(self.target.core(seq_obs, seq_prev))
+            h_targ = steps(core(self.target, seq_obs, seq_prev))
             hw_targ = self.target.head_input(h_targ[1:])
             q_next = self.target.heads(hw_targ, a_pi[1:].detach()).min(0).values
             v_next = q_next - alpha * logp[1:]

@@ -434,3 +434,25 @@ def test_critic_obs_values_reach_the_critic_and_never_the_actor():
         assert (qs[0] - qs[1]).abs().max() > 1e-4  # the critic reads them
     with pytest.raises(ValueError, match="critic_obs = 35 leaves the actor nothing"):
         SACLSTMLearner(OBS, ACT, Config(critic_obs=OBS))
+
+
+@pytest.mark.parametrize("critic_memory", [True, False])
+def test_a_critic_without_memory_reads_each_step_alone(critic_memory):
+    """--no-critic-memory: the critic's Q at a step does not depend on the observations before it
+    (and with memory it does); the actor still reads the window as a sequence."""
+    cfg = Config(quant="off", seed=0, hidden=8, critic_memory=critic_memory)
+    buf = SequenceReplay(256, 2, 1)
+    rng = np.random.default_rng(0)
+    for i in range(100):
+        buf.add(rng.normal(size=2), [float(rng.uniform(-1, 1))], 0.0, rng.normal(size=2), False, i % 50 == 49)
+    batch = buf.sample(8, 6, np.random.default_rng(1))
+    changed = batch._replace(obs=batch.obs.copy())
+    changed.obs[:, 0] += 5.0  # the first step of every window
+    q = _update_seeing_q(SACLSTMLearner(2, 1, cfg), batch)[1]
+    q2 = _update_seeing_q(SACLSTMLearner(2, 1, cfg), changed)[1]
+    later = (q[:, 1:] - q2[:, 1:]).abs().max().item()  # (2 heads, T, B): steps after the first
+    assert (q[:, 0] - q2[:, 0]).abs().max().item() > 1e-4  # the changed step itself moves
+    if critic_memory:
+        assert later > 1e-4
+    else:
+        assert later == 0.0
