@@ -55,6 +55,15 @@ def test_the_tank_duel_gets_burn_in_and_a_flag_or_env_var_takes_it_back():
     assert (v1.burn_in, v1.n_step) == (8, 5)  # (its critic_obs comes from the env: tests/test_cli.py)
 
 
+def test_the_radar_duel_v1_gets_a_critic_without_memory_and_a_flag_gives_it_back():
+    # Its critic-only values hold the enemy's state (docs/learner.md, session 15).
+    assert load_config(None, {}, {"env": "sacbot/TankDuelRadar-v1"}).critic_memory is False
+    assert load_config(None, {}, {"env": "sacbot/TankDuelRadar-v1", "critic_memory": True}).critic_memory is True
+    assert load_config(None, {"SACBOT_CRITIC_MEMORY": "1"}, {"env": "sacbot/TankDuelRadar-v1"}).critic_memory is True
+    for env_id in ("sacbot/TankDuel-v0", "sacbot/TankDuelRadar-v0", "sacbot/Pendulum-P-v0", "Pendulum-v1"):
+        assert load_config(None, {}, {"env": env_id}).critic_memory is True  # partial observations: it needs one
+
+
 def test_preset_for_hands_out_a_copy():
     name, values = preset_for("sacbot/TankDuel-v0")
     values["init_alpha"] = 0.5

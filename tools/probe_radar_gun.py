@@ -75,7 +75,8 @@ def split_by_sight(seen: np.ndarray, gun_turn: np.ndarray, err_before: np.ndarra
 def critic_gun_slopes(path: str, cfg: dict, episodes: list[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
     """dQ/d(gun turn) of the checkpoint's critic (the mean of its twin heads) at each played
     action, the critic reading each episode from its start as the learner does (observation
-    and previous action).  Positive: the critic would pay the actor to turn the gun clockwise."""
+    and previous action; a critic without memory, or the control's, each step alone).
+    Positive: the critic would pay the actor to turn the gun clockwise."""
     import torch
 
     from sacbot.sac import Critic
@@ -91,6 +92,8 @@ def critic_gun_slopes(path: str, cfg: dict, episodes: list[tuple[np.ndarray, np.
         prev = torch.cat([torch.zeros_like(a[:1]), a[:-1]])
         if cfg.get("memoryless"):  # each step its own sequence, as the control learns
             o, prev = o.transpose(0, 1), torch.zeros_like(prev).transpose(0, 1)
+        elif not cfg.get("critic_memory", True):  # each step alone, with its previous action
+            o, prev = o.transpose(0, 1), prev.transpose(0, 1)
         with torch.no_grad():
             hw = critic.head_input(critic.core(o, prev))
         a_req = a.reshape(o.shape[0], o.shape[1], -1).clone().requires_grad_(True)
