@@ -150,6 +150,14 @@ def test_the_radar_gun_probe_plays_a_checkpoint_at_the_arc_asked(tmp_path):
             a[t, 0, 2] += d
             q.append(float(critic.heads(h, a).mean(0)[t, 0]))
         assert slope[t] == pytest.approx((q[0] - q[1]) / 2e-3, rel=1e-2, abs=1e-5)
+    # A critic without memory is read step by step, as it learnt: the first step's slope is the
+    # same, a later one's is not (that critic never saw the steps before it).
+    alone = probe.critic_gun_slopes(ckpt, {"hidden": 8, "critic_memory": False}, [(obs, act)])[0]
+    h1 = critic.head_input(critic.core(torch.as_tensor(obs)[None], torch.as_tensor(prev)[None]))
+    a = torch.as_tensor(act)[None].clone().requires_grad_(True)
+    critic.heads(h1, a).mean(0).sum().backward()
+    np.testing.assert_allclose(alone, a.grad[0, :, 2].numpy(), rtol=1e-4, atol=1e-6)
+    assert alone[0] == pytest.approx(slope[0], rel=1e-4) and abs(alone[6] - slope[6]) > 1e-6
     # bench_tankduel evaluates the same run at another arc, and refuses a misspelt kwarg up front
     bench = [sys.executable, str(TOOLS / "bench_tankduel.py"), "--runs", f"r={w}", "--episodes", "1"]
     p = subprocess.run([*bench, "--eval-env-kwargs", '{"radar_ark": 360}'], capture_output=True, text=True,

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """What a TankDuel actor does with its gun on ticks it sees the enemy, and on ticks it does not.
 
-Issue 15's radar duel is not learnt.  A memoryless hand-written policy wins it by holding the
-gun still between sightings (tools/bench_radar_bounds.py); this tool asks whether a learnt actor
-does.  It plays each checkpoint's int8 actor deterministically (as tools/bench_tankduel.py: the
+Issue 15's radar duel was long not learnt (until session 15's critic without memory).  A
+memoryless hand-written policy wins it by holding the gun still between sightings
+(tools/bench_radar_bounds.py); this tool asks whether a learnt actor does.
+It plays each checkpoint's int8 actor deterministically (as tools/bench_tankduel.py: the
 same episode seeds, the env the run trained in) in the radar duel at ``--arc`` degrees, and splits
 the ticks by whether the enemy was in the observation.  Per group: the mean |gun turn| (action 2, where 1 is 20
 degrees a tick), the mean change of the gun's true bearing error to the enemy over the tick, in
