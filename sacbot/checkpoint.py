@@ -721,7 +721,7 @@ def config_differences(saved_cfg: dict, cfg: dict) -> list[tuple[str, object, ob
     """(field, saved value, value now) for each field of ``RESUME_FIELDS`` that differs.  Fields
     absent from either side are not compared (older checkpoints lack newer fields) unless
     ``_ABSENT_MEANS`` says what their absence meant, nor are the bits of a saved fp32 actor, which
-    has no integer grid."""
+    has no integer grid, nor the critic's memory between two memoryless controls, which have none."""
     out = []
     saved_cfg = {**{k: v for k, v in _ABSENT_MEANS.items() if k in cfg}, **saved_cfg}
     for key in RESUME_FIELDS:
@@ -729,6 +729,8 @@ def config_differences(saved_cfg: dict, cfg: dict) -> list[tuple[str, object, ob
             continue
         if key == "quant_bits" and saved_cfg.get("quant", "on") != "on":
             continue
+        if key == "critic_memory" and saved_cfg.get("memoryless") and cfg.get("memoryless"):
+            continue  # the control's critic reads each step alone either way
         if saved_cfg[key] != cfg[key]:
             out.append((key, saved_cfg[key], cfg[key]))
     return out

@@ -809,6 +809,16 @@ def test_a_file_from_before_reward_input_is_named_as_that_setting_not_as_an_obs_
     ck.check_shapes(c, {"obs_dim": 3, "act_dim": 1, **Config(hidden=8).to_dict()}, "x.zip")  # the same bot loads
 
 
+def test_the_memoryless_control_resumes_whatever_critic_memory_says():
+    """The control's critic reads each step alone either way, so a preset that turns critic_memory off
+    does not stop an older control run (saved without the field) from resuming; a recurrent one is stopped."""
+    saved = {k: v for k, v in Config(hidden=8, memoryless=True).to_dict().items() if k != "critic_memory"}
+    assert ck.config_differences(saved, Config(hidden=8, memoryless=True, critic_memory=False).to_dict()) == []
+    saved = {k: v for k, v in Config(hidden=8).to_dict().items() if k != "critic_memory"}
+    assert ck.config_differences(saved, Config(hidden=8, critic_memory=False).to_dict()) == [
+        ("critic_memory", True, False)]
+
+
 def test_other_fields_resume_and_several_differences_are_all_named():
     saved = Config(hidden=8).to_dict()
     changed = Config(hidden=8, buffer_size=5000, batch_size=64, seq_len=8, lr=1e-3, device="cpu", utd_ratio=4.0,
