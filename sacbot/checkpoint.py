@@ -714,16 +714,16 @@ RESUME_FIELDS = {
 
 
 # A saved config without these fields was trained with this value (the field came later).
-_ABSENT_MEANS = {"reward_input": False, "critic_obs": 0, "critic_memory": True}
+ABSENT_MEANS = {"reward_input": False, "critic_obs": 0, "critic_memory": True}
 
 
 def config_differences(saved_cfg: dict, cfg: dict) -> list[tuple[str, object, object]]:
     """(field, saved value, value now) for each field of ``RESUME_FIELDS`` that differs.  Fields
     absent from either side are not compared (older checkpoints lack newer fields) unless
-    ``_ABSENT_MEANS`` says what their absence meant, nor are the bits of a saved fp32 actor, which
+    ``ABSENT_MEANS`` says what their absence meant, nor are the bits of a saved fp32 actor, which
     has no integer grid, nor the critic's memory between two memoryless controls, which have none."""
     out = []
-    saved_cfg = {**{k: v for k, v in _ABSENT_MEANS.items() if k in cfg}, **saved_cfg}
+    saved_cfg = {**{k: v for k, v in ABSENT_MEANS.items() if k in cfg}, **saved_cfg}
     for key in RESUME_FIELDS:
         if key not in saved_cfg or key not in cfg:
             continue

@@ -152,7 +152,7 @@ def cmd_run(args, eval_mode: bool) -> int:
 
 
 def cmd_inspect(args) -> int:
-    from .checkpoint import CheckpointError, read_checkpoint
+    from .checkpoint import ABSENT_MEANS, CheckpointError, read_checkpoint
 
     try:
         ck = read_checkpoint(args.file)
@@ -173,7 +173,10 @@ def cmd_inspect(args) -> int:
     cfg = m.get("config", {})
     keys = ("env", "hidden", "batch_size", "seq_len", "utd_ratio", "buffer_size", "quant", "quant_bits",
             "memoryless", "critic_memory", "reward_input", "critic_obs", "gamma", "n_step")
-    print("  config: " + ", ".join(f"{k}={cfg[k]}" for k in keys if k in cfg))
+    # A file from before a setting existed was trained as ABSENT_MEANS says: show that, since a
+    # refused resume sends the user here for the bot's settings.
+    print("  config: " + ", ".join(f"{k}={cfg[k]}" if k in cfg else f"{k}={ABSENT_MEANS[k]} (saved before the setting)"
+                                   for k in keys if k in cfg or (cfg and k in ABSENT_MEANS)))
     return 0
 
 

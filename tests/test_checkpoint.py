@@ -635,7 +635,12 @@ def test_inspect_prints_the_cap_it_applied_and_why(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     cap = ck.checkpoint_byte_cap(3, 1, st.cfg.hidden, st.cfg.buffer_size)
     assert f"byte cap {cap:,d}" in r.stdout and "derived from the manifest's sizes" in r.stdout
-    assert "buffer_size=100000" in r.stdout
+    assert "buffer_size=100000" in r.stdout and "critic_memory=True," in r.stdout
+    # A file from before a setting existed shows what its absence means (a refused resume sends users here).
+    old = {k: v for k, v in st.cfg.to_dict().items() if k != "critic_memory"}
+    ck.write_checkpoint(str(tmp_path / "old"), st.payload(True), config=old, spaces=SPACES)
+    r, _ = run_bounded("inspect", tmp_path / "old" / ck.LATEST)
+    assert r.returncode == 0 and "critic_memory=True (saved before the setting)" in r.stdout, r.stdout + r.stderr
 
 
 # --- the byte cap itself ------------------------------------------------------------------

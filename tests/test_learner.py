@@ -448,11 +448,27 @@ def test_a_critic_without_memory_reads_each_step_alone(critic_memory):
     batch = buf.sample(8, 6, np.random.default_rng(1))
     changed = batch._replace(obs=batch.obs.copy())
     changed.obs[:, 0] += 5.0  # the first step of every window
-    q = _update_seeing_q(SACLSTMLearner(2, 1, cfg), batch)[1]
-    q2 = _update_seeing_q(SACLSTMLearner(2, 1, cfg), changed)[1]
+
+    def seen(b):  # Q of the replayed actions (2, T, B), and what the target critic's heads read (T, B, .)
+        learner = SACLSTMLearner(2, 1, cfg)
+        targ, orig = {}, learner.target.head_input
+
+        def spy(h):
+            targ["h"] = h
+            return orig(h)
+
+        learner.target.head_input = spy
+        return _update_seeing_q(learner, b)[1], targ["h"]
+
+    (q, targ), (q2, targ2) = seen(batch), seen(changed)
     later = (q[:, 1:] - q2[:, 1:]).abs().max().item()  # (2 heads, T, B): steps after the first
     assert (q[:, 0] - q2[:, 0]).abs().max().item() > 1e-4  # the changed step itself moves
+    targ_moved = (targ - targ2).abs().max().item()  # the target reads steps 1..T: never the changed one
     if critic_memory:
-        assert later > 1e-4
+        assert later > 1e-4 and targ_moved > 1e-4
     else:
-        assert later == 0.0
+        assert later == 0.0 and targ_moved == 0.0
+    # It still reads the previous action beside each step (the control's critic reads zeros).
+    acted = batch._replace(act=batch.act.copy())
+    acted.act[:, 0] = -acted.act[:, 0] + 0.5
+    assert (q[:, 1] - seen(acted)[0][:, 1]).abs().max().item() > 1e-4
