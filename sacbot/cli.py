@@ -175,8 +175,9 @@ def cmd_inspect(args) -> int:
             "memoryless", "critic_memory", "reward_input", "critic_obs", "gamma", "n_step")
     # A file from before a setting existed was trained as ABSENT_MEANS says: show that, since a
     # refused resume sends the user here for the bot's settings.
-    print("  config: " + ", ".join(f"{k}={cfg[k]}" if k in cfg else f"{k}={ABSENT_MEANS[k]} (saved before the setting)"
-                                   for k in keys if k in cfg or (cfg and k in ABSENT_MEANS)))
+    if cfg:
+        cfg = {**{k: f"{v} (saved before the setting)" for k, v in ABSENT_MEANS.items()}, **cfg}
+    print("  config: " + ", ".join(f"{k}={cfg[k]}" for k in keys if k in cfg))
     return 0
 
 

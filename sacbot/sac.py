@@ -123,7 +123,12 @@ class Critic(nn.Module):
         self.w2 = nn.Parameter(torch.stack([lin.weight.detach().t() for lin in outs]))
         self.b2 = nn.Parameter(torch.stack([lin.bias.detach() for lin in outs]).unsqueeze(1))
 
-    def core(self, obs: torch.Tensor, prev_act: torch.Tensor) -> torch.Tensor:
+    def core(self, obs: torch.Tensor, prev_act: torch.Tensor, memory: bool = True) -> torch.Tensor:
+        """h for every step of time-major (T, B, .) inputs.  Without ``memory`` (Config.critic_memory)
+        each step is a sequence of its own, from a zero state."""
+        if not memory:
+            T, B = obs.shape[:2]
+            return self.core(obs.reshape(1, T * B, -1), prev_act.reshape(1, T * B, -1)).reshape(T, B, -1)
         h, _ = self.lstm(F.relu(self.fc1(torch.cat([obs, prev_act], -1))))
         return h
 
@@ -224,14 +229,6 @@ class SACLSTMLearner:
         def steps(x: torch.Tensor) -> torch.Tensor:  # back to (T+1, B, .)
             return x.reshape(T1, B, x.shape[-1])
 
-        def core(net: Critic, o: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-            if cfg.critic_memory or cfg.memoryless:
-                return net.core(o, p)
-            # A critic without memory reads every step as a sequence of its own (the windows, and
-            # so n-step returns and the actor's burn-in, stay as they are).
-            n_steps, b = o.shape[:2]
-            return net.core(o.reshape(1, n_steps * b, -1), p.reshape(1, n_steps * b, -1)).reshape(n_steps, b, -1)
-
         # Actor over the whole window: its actions at t serve the actor loss, at t+1
         # the critic target.  Noise comes from the learner's own generator.
         mu, log_std, _ = self.actor(seq_obs, seq_prev)
@@ -240,10 +237,12 @@ class SACLSTMLearner:
         u = mu + log_std.exp() * eps
         a_pi, logp = torch.tanh(u), tanh_log_prob(u, mu, log_std)
 
-        # Critic: the recurrent core runs once; its output feeds both losses.
-        hw = self.critic.head_input(core(self.critic, crit_obs, crit_prev))
+        # Critic: the recurrent core runs once; its output feeds both losses.  A critic without
+        # memory reads each step alone; the windows, and so n-step returns, stay as they are.
+        memory = cfg.critic_memory
+        hw = self.critic.head_input(self.critic.core(crit_obs, crit_prev, memory))
         with torch.no_grad():
-            h_targ = steps(core(self.target, seq_obs, seq_prev))
+            h_targ = steps(self.target.core(seq_obs, seq_prev, memory))
             hw_targ = self.target.head_input(h_targ[1:])
             q_next = self.target.heads(hw_targ, a_pi[1:].detach()).min(0).values
             v_next = q_next - alpha * logp[1:]

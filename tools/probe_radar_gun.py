@@ -93,10 +93,8 @@ def critic_gun_slopes(path: str, cfg: dict, episodes: list[tuple[np.ndarray, np.
         prev = torch.cat([torch.zeros_like(a[:1]), a[:-1]])
         if cfg.get("memoryless"):  # each step its own sequence, as the control learns
             o, prev = o.transpose(0, 1), torch.zeros_like(prev).transpose(0, 1)
-        elif not cfg.get("critic_memory", True):  # each step alone, with its previous action
-            o, prev = o.transpose(0, 1), prev.transpose(0, 1)
         with torch.no_grad():
-            hw = critic.head_input(critic.core(o, prev))
+            hw = critic.head_input(critic.core(o, prev, cfg.get("critic_memory", True)))
         a_req = a.reshape(o.shape[0], o.shape[1], -1).clone().requires_grad_(True)
         critic.heads(hw, a_req).mean(0).sum().backward()
         slopes.append(a_req.grad.reshape(-1, act_dim)[:, 2].numpy().copy())
