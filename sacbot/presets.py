@@ -28,10 +28,9 @@ PRESETS: dict[str, dict] = {
     # settings, which its runs used.  Its critic-only values set critic_obs through the env itself.
     # A critic without memory (session 15): those values give the critic the enemy's state, so it
     # needs no history.  60k lockstep steps, seeds 0-4, won at 60k: sitting_duck 100/100/100/100/95%,
-    # tracker 100/100/90/5/100% (seed 3 found no kill before 53k steps, session 16); with the
-    # recurrent critic (session 13, a machine that computes the same)
-    # sitting_duck seed 1 35%, tracker seeds 0-1 95/90%, and on another machine (session 14)
-    # sitting_duck 65/70/15%, tracker seed 0 0%.
+    # tracker 100/100/90/5/100% (seed 3 found no kill before 53k steps, session 16).  With the
+    # recurrent critic (session 13, a machine that computes the same): sitting_duck seed 1 35%,
+    # tracker seeds 0-1 95/90%; on another machine (session 14) sitting_duck 65/70/15%, tracker seed 0 0%.
     "sacbot/TankDuelRadar-v1": {"init_alpha": 0.02, "n_step": 5, "burn_in": 8, "critic_memory": False},
     # Pendulum with the angle alone: pomdp-baselines' gamma (configs/pomdp/pendulum, 0.9).  Side by
     # side, 25k lockstep steps, eval of 10 episodes, seeds 0 and 1 (docs/learner.md, session 5):
