@@ -98,6 +98,12 @@ class Config:
                                 "suits dense-reward envs such as Pendulum-v1; TankDuel's preset sets 0.02, "
                                 "its rewards being small next to the entropy bonus.", min=1e-8,
                            group="learner")
+    # The ceiling: no policy squashed into [-1, 1] has more entropy per dimension than the uniform
+    # one, log 2 = 0.69; at a target above that the temperature would grow without bound.
+    target_entropy_per_dim: float = _f(-1.0, "Entropy the temperature holds the policy at, per action dimension "
+                                             "(the target is this times the action size). -1: SAC's heuristic "
+                                             "(SB3's 'auto', -dim(A)). Higher explores more.",
+                                       min=-10.0, max=0.5, group="learner")
     memoryless: bool = _f(False, "Control experiment: reset the recurrent state (and previous action) "
                                  "every step, in acting and in training (batch_size * seq_len sequences of 1).",
                            group="learner")

@@ -187,7 +187,7 @@ class SACLSTMLearner:
         # status reports this (SPEC 11).
         self.device = next(self.actor.parameters()).device
         self.log_alpha = torch.full((), math.log(cfg.init_alpha), device=self.device, requires_grad=True)
-        self.target_entropy = -float(act_dim)
+        self.target_entropy = cfg.target_entropy_per_dim * act_dim
         # Three optimizers, as in SAC; foreach kernels cut per-parameter overhead.
         self.opt_actor = torch.optim.Adam(self.actor.parameters(), cfg.lr, fused=True)
         self.opt_critic = torch.optim.Adam(self.critic.parameters(), cfg.lr, fused=True)

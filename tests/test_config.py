@@ -64,6 +64,8 @@ def test_a_directory_as_config_file_is_refused(tmp_path):
     ("torch_threads", "100000", r"--torch-threads: torch_threads = 100000 .* \[1, 256\]"),
     ("batch_size", "99999", "batch_size = 99999 is not accepted"),
     ("init_alpha", "nan", "init_alpha = nan is not accepted"),
+    # Above log 2 per dimension no squashed policy reaches the target: the temperature would grow forever.
+    ("target_entropy_per_dim", "0.7", r"target_entropy_per_dim = 0.7 is not accepted: .*\[-10.0, 0.5\]"),
 ])
 def test_values_past_a_ceiling_are_config_errors(flag, raw, match):
     with pytest.raises(ConfigError, match=match):

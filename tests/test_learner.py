@@ -183,6 +183,21 @@ def test_same_seed_gives_bitwise_identical_updates():
     assert not np.array_equal(s1["critic.fc1.weight"], s3["critic.fc1.weight"])
 
 
+def test_the_temperature_moves_toward_the_configured_entropy_target():
+    # Same seed, same batches, two targets either side of the fresh policy's entropy: the
+    # temperature must rise under the high one (explore more) and fall under the low one.
+    alphas = {}
+    for per_dim in (0.5, -10.0):
+        cfg = Config(calib_updates=4, hidden=16, seed=0, target_entropy_per_dim=per_dim)
+        learner = SACLSTMLearner(OBS, ACT, cfg)
+        assert learner.target_entropy == per_dim * ACT
+        buf, rng = filled_replay(), np.random.default_rng(0)
+        for _ in range(5):
+            out = learner.update(buf.sample(8, 8, rng))
+        alphas[per_dim] = out["alpha"]
+    assert alphas[0.5] > Config.init_alpha > alphas[-10.0], alphas
+
+
 def test_tanh_log_prob_matches_numerical_density():
     mu, log_std = torch.tensor([0.3]), torch.tensor([math.log(0.8)])
     std = 0.8
