@@ -64,6 +64,17 @@ def test_the_radar_duel_v1_gets_a_critic_without_memory_and_a_flag_gives_it_back
         assert load_config(None, {}, {"env": env_id}).critic_memory is True  # partial observations: it needs one
 
 
+def test_the_radar_duel_v1_explores_more_and_every_other_env_keeps_sacs_target():
+    # -0.5 per dimension found the first kills against tracker on seeds 0-4 (docs/learner.md, session 17).
+    assert load_config(None, {}, {"env": "sacbot/TankDuelRadar-v1"}).target_entropy_per_dim == -0.5
+    assert load_config(None, {}, {"env": "sacbot/TankDuelRadar-v1",
+                                  "target_entropy_per_dim": "-1"}).target_entropy_per_dim == -1.0
+    assert load_config(None, {"SACBOT_TARGET_ENTROPY_PER_DIM": "-0.25"},
+                       {"env": "sacbot/TankDuelRadar-v1"}).target_entropy_per_dim == -0.25
+    for env_id in ("sacbot/TankDuel-v0", "sacbot/TankDuelRadar-v0", "sacbot/Pendulum-V-v0", "Pendulum-v1"):
+        assert load_config(None, {}, {"env": env_id}).target_entropy_per_dim == Config.target_entropy_per_dim == -1.0
+
+
 def test_preset_for_hands_out_a_copy():
     name, values = preset_for("sacbot/TankDuel-v0")
     values["init_alpha"] = 0.5
