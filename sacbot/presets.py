@@ -26,14 +26,12 @@ PRESETS: dict[str, dict] = {
     "sacbot/TankDuelRadar-v0": {"init_alpha": 0.02},
     # v1 (an asymmetric critic and shaping, docs/learner.md "Session 13"): TankDuel-v0's learning
     # settings, which its runs used.  Its critic-only values set critic_obs through the env itself.
-    # A critic without memory (session 15): those values give the critic the enemy's state, so it
-    # needs no history.  60k lockstep steps, seeds 0-4, won at 60k: sitting_duck 100/100/100/100/95%,
-    # tracker 100/100/90/5/100% (seed 3 found no kill before 53k steps, session 16).  With the
-    # recurrent critic (session 13, a machine that computes the same): sitting_duck seed 1 35%,
-    # tracker seeds 0-1 95/90%; on another machine (session 14) sitting_duck 65/70/15%, tracker seed 0 0%.
+    # A critic without memory (sessions 15-16): those values give the critic the enemy's state, so
+    # it needs no history (with the recurrent one, sitting_duck seed 1 won 35% at 60k, against 100%).
     # An entropy target of -0.5 per action dimension (-2, not SAC's -4; session 17): the policy
-    # explores more, and tracker seed 3 found its first kill at 24.6k env steps, not 53.6k.  Seeds
-    # 0-4, won at 60k: sitting_duck 100/100/100/100/95%, tracker 100/95/100/85/100%.
+    # explores more.  At -4, tracker seed 3 found no kill before 53.6k env steps (5% at 60k); at -2
+    # its first came at 24.6k.  Seeds 0-4, won at 60k: sitting_duck 100/100/100/100/95%, tracker
+    # 100/95/100/85/100%.
     "sacbot/TankDuelRadar-v1": {"init_alpha": 0.02, "n_step": 5, "burn_in": 8, "critic_memory": False,
                                 "target_entropy_per_dim": -0.5},
     # Pendulum with the angle alone: pomdp-baselines' gamma (configs/pomdp/pendulum, 0.9).  Side by
