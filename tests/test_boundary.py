@@ -45,10 +45,36 @@ def test_eval_plays_the_pretrained_bot_with_torch_unimportable(tmp_path):
     assert written == ["runs/default/status.json"]  # the heartbeat only: no weights, no logs
 
 
+def test_threads_that_notice_a_dead_learner_together_all_read_its_exit_code():
+    """The sender, the receiver and close() may all wait for a killed child at once.  Unserialized,
+    waitpid lets one of them reap it and the others read exitcode None (half the trials in a probe;
+    CI once reported 'exited with code None' for a kill -9)."""
+    import multiprocessing
+    import threading
+    import time
 
+    from sacbot.process_learner import ProcessLearner
 
+    ctx = multiprocessing.get_context("spawn")
+    for _ in range(12):
+        link = ProcessLearner.__new__(ProcessLearner)  # only the reaping part, not a learner
+        link.proc, link._reap = ctx.Process(target=time.sleep, args=(60,)), threading.Lock()
+        link.proc.start()
+        codes: list = []
+        start = threading.Barrier(5)
 
+        def wait_for_it(link=link, codes=codes, start=start):
+            start.wait()
+            codes.append(link._exitcode(10.0))
 
+        threads = [threading.Thread(target=wait_for_it) for _ in range(4)]
+        for t in threads:
+            t.start()
+        os.kill(link.proc.pid, signal.SIGKILL)
+        start.wait()
+        for t in threads:
+            t.join(20)
+        assert codes == [-signal.SIGKILL] * 4
 
 
 def _start(tmp_path, *extra):
