@@ -85,7 +85,11 @@ def _start(tmp_path, *extra):
     return p, StderrWatcher(p)
 
 
-def test_a_killed_learner_process_leaves_the_bot_acting_reported_and_exiting_non_zero(tmp_path):
+def test_a_killed_learner_process_is_reported_and_the_bot_exits_non_zero_on_its_last_save(tmp_path):
+    """The driver ends a run whose learner died (exit 1: a runner restarts it from the last save).
+    That the Agent acts on with its last weights meanwhile is test_runtime's
+    test_learner_failure_keeps_acting_and_is_reported; here the acting thread may see the death
+    before its next tick, so no tick count is asserted (a loaded machine once saw none)."""
     p, watch = _start(tmp_path)
     run = str(tmp_path / "run")
     try:
@@ -93,7 +97,6 @@ def test_a_killed_learner_process_leaves_the_bot_acting_reported_and_exiting_non
         st = read_status(run)
         learner_pid = st["learner_pid"]
         assert learner_pid != p.pid and st["learner"] == "process"
-        ticks = st["ticks"]
         os.kill(learner_pid, signal.SIGKILL)
         p.wait(timeout=60)
     finally:
@@ -102,7 +105,7 @@ def test_a_killed_learner_process_leaves_the_bot_acting_reported_and_exiting_non
     assert p.returncode == 1, err
     assert "learner process exited with code -9" in err and "Traceback" not in err
     st = read_status(run)
-    assert not st["learner_alive"] and "code -9" in st["last_error"] and st["ticks"] > ticks
+    assert not st["learner_alive"] and "code -9" in st["last_error"]
     read_checkpoint(str(tmp_path / "w" / "sac_latest.zip"))  # the last periodic save loads
 
 
