@@ -75,7 +75,7 @@ def test_lockstep_runs_are_deterministic_with_either_learner(tmp_path):
     for name, kind in runs.items():
         d = tmp_path / name
         procs.append(subprocess.Popen(SACBOT + run_args(d, "--env", "Pendulum-v1", "--pace", "lockstep",
-                                                        "--steps", "1500", "--seed", "0", "--learner", kind),
+                                                        "--steps", "1200", "--seed", "0", "--learner", kind),
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     for p in procs:
         _, err = p.communicate(timeout=220)
@@ -89,7 +89,7 @@ def test_lockstep_runs_are_deterministic_with_either_learner(tmp_path):
         return lines
 
     a, b, c = metrics("a"), metrics("b"), metrics("c")
-    assert len(a) == 1500 and a[-1]["steps"] == 501
+    assert len(a) == 1200 and a[-1]["steps"] == 201
     assert a == b == c
     digests = {n: read_checkpoint(str(tmp_path / n / "w" / "sac_latest.zip"))["manifest"]["entries"]
                ["model.msgpack.zst"]["sha256"] for n in runs}
