@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from helpers import StderrWatcher, read_status, wait_exit, wait_until
 
 from sacbot.checkpoint import read_checkpoint
+from sacbot.process_learner import ProcessLearner
 
 pytestmark = pytest.mark.timeout(180)
 SACBOT = [sys.executable, "-m", "sacbot"]
@@ -49,12 +53,6 @@ def test_threads_that_notice_a_dead_learner_together_all_read_its_exit_code():
     """The sender, the receiver and close() may all wait for a killed child at once.  Unserialized,
     waitpid lets one of them reap it and the others read exitcode None (half the trials in a probe;
     CI once reported 'exited with code None' for a kill -9)."""
-    import multiprocessing
-    import threading
-    import time
-
-    from sacbot.process_learner import ProcessLearner
-
     ctx = multiprocessing.get_context("spawn")
     for _ in range(12):
         link = ProcessLearner.__new__(ProcessLearner)  # only the reaping part, not a learner
