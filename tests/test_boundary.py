@@ -19,6 +19,9 @@ from sacbot.process_learner import ProcessLearner
 
 pytestmark = pytest.mark.timeout(180)
 SACBOT = [sys.executable, "-m", "sacbot"]
+# The bots whose close these tests wait for dump every thread's stack on SIGABRT (the learner
+# process inherits the flag), so a close that hangs fails with where it hangs.
+SACBOT_DUMPS = [sys.executable, "-X", "faulthandler", "-m", "sacbot"]
 ACTING_SIDE = ("agent", "policy", "messages", "channels", "snapshot", "checkpoint", "config", "driver",
                "learner", "assemble", "process_learner", "envcheck")
 
@@ -75,11 +78,22 @@ def test_threads_that_notice_a_dead_learner_together_all_read_its_exit_code():
         assert codes == [-signal.SIGKILL] * 4
 
 
+def _wait_or_dump(p: subprocess.Popen, timeout: float) -> None:
+    """Wait for the bot; past the timeout, SIGABRT its process group: each process prints its
+    threads' stacks to stderr and exits, and the test's assertion shows them."""
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGABRT)
+        p.wait(timeout=30)
+
+
 def _start(tmp_path, *extra):
     args = ["run", "--learner", "process", "--env", "Pendulum-v1", "--pace", "realtime", "--tps", "200",
             "--learning-starts", "50", "--save-interval", "50", "--run-dir", str(tmp_path / "run"),
             "--weights-path", str(tmp_path / "w"), "--quiet", *extra]
-    p = subprocess.Popen(SACBOT + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(SACBOT_DUMPS + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
     return p, StderrWatcher(p)
 
 
@@ -96,7 +110,7 @@ def test_a_killed_learner_process_is_reported_and_the_bot_exits_non_zero_on_its_
         learner_pid = st["learner_pid"]
         assert learner_pid != p.pid and st["learner"] == "process"
         os.kill(learner_pid, signal.SIGKILL)
-        p.wait(timeout=60)
+        _wait_or_dump(p, 60)
     finally:
         p.kill()
     err = watch.rest(5)
@@ -129,13 +143,13 @@ def test_a_signal_to_the_whole_process_group_closes_with_the_final_save(tmp_path
     args = ["run", "--learner", "process", "--env", "Pendulum-v1", "--pace", "realtime", "--tps", "200",
             "--learning-starts", "50", "--run-dir", str(tmp_path / "run"), "--weights-path", str(tmp_path / "w"),
             "--quiet"]
-    p = subprocess.Popen(SACBOT + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    p = subprocess.Popen(SACBOT_DUMPS + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     watch = StderrWatcher(p)
     try:
         watch.wait_line("learning started", 90)
         os.killpg(p.pid, sig)
-        p.wait(timeout=60)
+        _wait_or_dump(p, 60)
     finally:
         p.kill()
     err = watch.rest(5)
