@@ -169,18 +169,23 @@ def test_exact_resume_matches_an_uninterrupted_run(tmp_path):
     closes lockstep mid-episode since issue 14, so the first leg ends by --steps.)"""
     small = ["--env", "Pendulum-v1", "--pace", "lockstep", "--seed", "3", "--hidden", "16", "--batch-size", "4",
              "--seq-len", "8", "--learning-starts", "100", "--calib-updates", "50", "--save-interval", "100000"]
-    a = tmp_path / "a"
-    n = 400  # two Pendulum episodes
-    r = subprocess.run(SACBOT + run_args(a, *small, "--steps", str(n)), capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert read_checkpoint(str(a / "w" / "sac_latest.zip"))["meta"]["env_steps"] == n
-    m = 150
-    r = subprocess.run(SACBOT + run_args(a, *small, "--steps", str(m)), capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and "loaded checkpoint" in r.stderr, r.stderr
-    b = tmp_path / "b"
-    r = subprocess.run(SACBOT + run_args(b, *small, "--steps", str(n + m)), capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr
+    a, b = tmp_path / "a", tmp_path / "b"
+    n, m = 400, 150  # two Pendulum episodes, then part of one
+    # The uninterrupted run shares nothing with the other two: it runs beside them (the suite's time).
+    whole = subprocess.Popen(SACBOT + run_args(b, *small, "--steps", str(n + m)), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        r = subprocess.run(SACBOT + run_args(a, *small, "--steps", str(n)), capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert read_checkpoint(str(a / "w" / "sac_latest.zip"))["meta"]["env_steps"] == n
+        r = subprocess.run(SACBOT + run_args(a, *small, "--steps", str(m)), capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0 and "loaded checkpoint" in r.stderr, r.stderr
+        _, err = whole.communicate(timeout=120)
+    finally:
+        whole.kill()
+    assert whole.returncode == 0, err
     ca = read_checkpoint(str(a / "w" / "sac_latest.zip"))
     cb = read_checkpoint(str(b / "w" / "sac_latest.zip"))
     assert ca["meta"]["env_steps"] == cb["meta"]["env_steps"] == n + m
