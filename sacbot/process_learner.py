@@ -57,9 +57,7 @@ class ProcessLearner(LearnerLink):
         to_child_r.close()  # the child holds these ends now: EOF on either side means the other is gone
         from_child_w.close()
         self._closed = threading.Event()
-        # Only one thread at a time may wait for the child: Process.join/is_alive call waitpid, and
-        # a second caller that loses the race reads exitcode None (seen in CI on a kill -9).
-        self._reap = threading.Lock()
+        self._child = Reaper(self.proc)
         self._sender = threading.Thread(target=self._send_loop, name="sacbot-sender", daemon=True)
         self._receiver = threading.Thread(target=self._receive_loop, name="sacbot-receiver", daemon=True)
         self._sender.start()
@@ -70,7 +68,7 @@ class ProcessLearner(LearnerLink):
         while True:
             msg = self.outbox.recv(timeout=0.2)
             if msg is None:
-                if self._closed.is_set() or self._exitcode(0.0) is not None:
+                if self._closed.is_set() or self._child.exitcode(0.0) is not None:
                     return
                 continue
             batch = [msg] + self.outbox.drain()
@@ -100,15 +98,9 @@ class ProcessLearner(LearnerLink):
                 log.error("bad message from the learner process: %s", e)
         self._dead()
 
-    def _exitcode(self, timeout: float) -> int | None:
-        """Wait up to ``timeout`` s for the child; its exit code, or None while it runs."""
-        with self._reap:
-            self.proc.join(timeout)
-            return self.proc.exitcode
-
     def _dead(self) -> None:
         """The child is gone without its closing word (killed, crashed): say so in the status."""
-        code = self._exitcode(5.0)
+        code = self._child.exitcode(5.0)
         if not self._status.get("closed"):
             why = (f"the learner process exited with code {code}; acting goes on with the "
                    "last weights, and nothing more is learned or saved")
@@ -120,19 +112,37 @@ class ProcessLearner(LearnerLink):
         self._closed.set()
         self._sender.join(timeout)
         self._to_child.close()  # EOF: a child that never got the Shutdown still drains and saves
-        if self._exitcode(timeout) is None:
+        code = self._child.exitcode(timeout)
+        if code is None:
             log.error("the learner process did not finish within %.0f s; stopping it", timeout)
             self.proc.terminate()  # SIGTERM: the child still makes its final save
-            if self._exitcode(30.0) is None:
+            code = self._child.exitcode(30.0)
+            if code is None:
                 self.proc.kill()
-                self._exitcode(5.0)
+                code = self._child.exitcode(5.0)
         self._receiver.join(10.0)
         self._from_child.close()
         st = dict(self.status())
         if "final_save" not in st:
-            st["final_save"] = {"ok": False, "error": f"the learner process exited with code {self._exitcode(0.0)} "
+            st["final_save"] = {"ok": False, "error": f"the learner process exited with code {code} "
                                                       "before reporting its final save"}
         return st
+
+
+class Reaper:
+    """Waits for a child process from any thread.  ``Process.join``/``is_alive`` call waitpid,
+    which hands the exit code to one caller only: a second thread waiting at the same moment read
+    exitcode None (CI, after a kill -9).  One lock serializes the waits."""
+
+    def __init__(self, proc: multiprocessing.process.BaseProcess):
+        self.proc = proc
+        self._lock = threading.Lock()
+
+    def exitcode(self, timeout: float) -> int | None:
+        """Wait up to ``timeout`` s; the exit code, or None while the child runs."""
+        with self._lock:
+            self.proc.join(timeout)
+            return self.proc.exitcode
 
 
 # --- the child ----------------------------------------------------------------------------------

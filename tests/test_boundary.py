@@ -15,7 +15,7 @@ import pytest
 from helpers import StderrWatcher, read_status, wait_exit, wait_until
 
 from sacbot.checkpoint import read_checkpoint
-from sacbot.process_learner import ProcessLearner
+from sacbot.process_learner import Reaper
 
 pytestmark = pytest.mark.timeout(180)
 SACBOT = [sys.executable, "-m", "sacbot"]
@@ -58,20 +58,19 @@ def test_threads_that_notice_a_dead_learner_together_all_read_its_exit_code():
     CI once reported 'exited with code None' for a kill -9)."""
     ctx = multiprocessing.get_context("spawn")
     for _ in range(12):
-        link = ProcessLearner.__new__(ProcessLearner)  # only the reaping part, not a learner
-        link.proc, link._reap = ctx.Process(target=time.sleep, args=(60,)), threading.Lock()
-        link.proc.start()
+        child = Reaper(ctx.Process(target=time.sleep, args=(60,)))
+        child.proc.start()
         codes: list = []
         start = threading.Barrier(5)
 
-        def wait_for_it(link=link, codes=codes, start=start):
+        def wait_for_it(child=child, codes=codes, start=start):
             start.wait()
-            codes.append(link._exitcode(10.0))
+            codes.append(child.exitcode(10.0))
 
         threads = [threading.Thread(target=wait_for_it) for _ in range(4)]
         for t in threads:
             t.start()
-        os.kill(link.proc.pid, signal.SIGKILL)
+        os.kill(child.proc.pid, signal.SIGKILL)
         start.wait()
         for t in threads:
             t.join(20)
