@@ -20,7 +20,7 @@ TOOLS = Path(__file__).resolve().parent.parent / "tools"
 def test_bench_capacity_reports_medians_samples_and_bots_from_its_own_runs(tmp_path):
     jsonl = tmp_path / "runs.jsonl"
     p = subprocess.run([sys.executable, str(TOOLS / "bench_capacity.py"), "--batches", "2", "--seq-len", "4",
-                        "--hidden", "8", "--burn-in", "0,2", "--rounds", "3", "--seconds", "0.1",
+                        "--hidden", "8", "--burn-in", "0,2", "--rounds", "2", "--seconds", "0.1",
                         "--replay-ratios", "8,2", "--jsonl", str(jsonl)],
                        capture_output=True, text=True, timeout=110)
     assert p.returncode == 0, p.stderr
@@ -28,19 +28,19 @@ def test_bench_capacity_reports_medians_samples_and_bots_from_its_own_runs(tmp_p
     keys = ["cpu/t1/b2/bi0", "cpu/t1/b2/bi2"]
     assert list(out["summary"]) == keys
     lines = [json.loads(line) for line in jsonl.read_text().splitlines()]
-    assert [d["key"] for d in lines] == keys * 3  # rounds interleave the settings
+    assert [d["key"] for d in lines] == keys * 2  # rounds interleave the settings
     for key in keys:
         mine = [d for d in lines if d["key"] == key]
         assert all(d["quant_phase"] == "training" and d["update"] > 0 for d in mine)  # calibrated, then timed
         row = out["summary"][key]
         for mode in ("update", "sample+update"):
-            assert row["steps_per_s"][mode] == sorted(d[mode] for d in mine)[1]  # the median of 3
+            assert row["steps_per_s"][mode] == pytest.approx((mine[0][mode] + mine[1][mode]) / 2)  # the median of 2
         samples = row["samples_per_s"]["sample+update"]
         assert samples == round(2 * 4 * row["steps_per_s"]["sample+update"])
         assert row["bots_served"] == {"8": round(samples / (8 * 30), 1), "2": round(samples / (2 * 30), 1)}
     # The progress lines show the same samples/s (with sampling) as the summary's runs.
     said = [line for line in p.stderr.splitlines() if line.startswith("round ")]
-    assert len(said) == 6 and said[0].endswith(f"= {round(2 * 4 * lines[0]['sample+update']):,} samples/s")
+    assert len(said) == 4 and said[0].endswith(f"= {round(2 * 4 * lines[0]['sample+update']):,} samples/s")
     assert out["gpu_over_cpu"] == {}  # nothing but the CPU here
 
 
