@@ -470,6 +470,30 @@ def test_gun_noise_as_in_training_leaves_memory_winning_and_slows_the_held_gun()
     assert held_noisy["win_rate"] < 1.0 or held_noisy["median_ticks_to_win"] > 1.5 * held["median_ticks_to_win"]
 
 
+def test_the_scripted_policies_play_v1_as_a_bot_would_at_its_wider_arc():
+    """v1 appends values for the critic alone and widens the arc to 120 degrees: the bounds give
+    the policies the actor's 32 values only, and the clock policies read the duel's own arc (at
+    v0's 40-degree arc a 120-degree sighting would be decoded as 40)."""
+    tool = load_tool("bench_radar_bounds")
+    env = gym.make("sacbot/TankDuelRadar-v1")
+    shapes = []
+    act, reset = tool.memory()
+    spy = (lambda obs: (shapes.append(obs.shape), act(obs))[1], reset)
+    mem = tool.play(env, tool.actor_view(spy), 2)
+    assert set(shapes) == {(32,)} and env.observation_space.shape == (46,)
+    duel = env.unwrapped
+    lead_v1 = tool.POLICIES["memoryless_lead"](duel)[0]
+    lead_v0 = tool.memoryless_lead()[0]
+    obs = np.zeros(32, np.float32)  # nothing seen; the radar 70 degrees past the gun
+    obs[9], obs[10], obs[7] = math.sin(math.radians(70)), math.cos(math.radians(70)), 1.0
+    assert lead_v0(obs)[3] > 0 and lead_v1(obs)[3] > 0  # 70 is in both windows (15-75, 55-115)
+    obs[9], obs[10] = math.sin(math.radians(100)), math.cos(math.radians(100))
+    assert lead_v0(obs)[3] < 0 and lead_v1(obs)[3] > 0  # 100 is past the 40-degree arc's window only
+    seen = tool.play(env, tool.actor_view(tool.memoryless(False)), 2)
+    assert mem["win_rate"] == seen["win_rate"] == 1.0  # v1's wide arc: holding fire until seen wins
+    assert mem["median_ticks_to_win"] < seen["median_ticks_to_win"]
+
+
 def test_shaping_pays_a_shot_on_course_when_fired_and_moves_reward_only_in_time():
     # A shot on course is paid its damage at once and nothing when it lands; a shot off course
     # nothing (the duck and our tank stand still, so the gun's error, the other term, is constant).

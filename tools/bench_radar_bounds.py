@@ -35,6 +35,10 @@ One JSON line per (policy, opponent, noise); the last line is the summary::
     python tools/bench_radar_bounds.py --episodes 50
     python tools/bench_radar_bounds.py --opponents sitting_duck --gun-noise 0 0.1 0.35 --episodes 20
     python tools/bench_radar_bounds.py --opponents tracker --env-kwargs '{"max_ticks": 300}'
+    python tools/bench_radar_bounds.py --env sacbot/TankDuelRadar-v1 --opponents sitting_duck tracker
+
+Any radar arc works (``--env-kwargs '{"radar_arc": 120}'``, or v1's): the clock policies read the
+duel's arc.  With ``critic_info`` (v1) the policies see the actor's 32 values only, as a bot would.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import sacbot.envs  # noqa: E402,F401 - registers the duels
-from sacbot.envs.tank_duel import GUN_RATE, MAX_SPEED, RADAR_ARC_DEG, RADAR_HALF_ARC, RADAR_RATE, RADIUS, H, W, _wrap  # noqa: E402
+from sacbot.envs.tank_duel import GUN_RATE, MAX_SPEED, RADAR_HALF_ARC, RADAR_OBS_DIM, RADAR_RATE, RADIUS, H, W, _wrap  # noqa: E402
 from tools.bench_tankduel import SEED0  # noqa: E402 - the same episodes as the learners' evals
 
 BULLET_SPEED = 20.0 - 3.0 * 3.0  # power 3, the scripted policies' shot
@@ -142,10 +146,12 @@ def memoryless(fire_blind: bool):
     return act, lambda: None
 
 
-def memoryless_lead():
+def memoryless_lead(half_arc: float = RADAR_HALF_ARC):
     """This tick only: at a sighting it turns the gun to the lead point, and it fires only while
-    the radar is 15-75 degrees past the gun, which happens one or two ticks after the radar swept
-    the enemy (the radar turns at a fixed rate, so its heading is a clock)."""
+    the radar is 5 degrees short of to 55 past the arc's edge beyond the gun (15-75 degrees at the
+    default 40-degree arc), which happens one or two ticks after the radar swept the enemy (the
+    radar turns at a fixed rate, so its heading is a clock)."""
+    lo, hi = half_arc - math.radians(5), half_arc + math.radians(55)
 
     def act(obs: np.ndarray) -> np.ndarray:
         o = decode(obs)
@@ -153,7 +159,7 @@ def memoryless_lead():
         if o.seen:
             tx, ty = lead_point(o.x, o.y, o.ex, o.ey, o.heading, o.speed)
             a[2] = gun_action(_wrap(math.atan2(tx - o.x, ty - o.y) - o.gun))
-        a[3] = 1.0 if math.radians(15) <= _wrap(o.radar - o.gun) <= math.radians(75) else -1.0
+        a[3] = 1.0 if lo <= _wrap(o.radar - o.gun) <= hi else -1.0
         return a
 
     return act, lambda: None
@@ -162,7 +168,7 @@ def memoryless_lead():
 CLOCK_MIN, CLOCK_MAX = 0.1, 0.5  # powers of the shots that write the register
 
 
-def memoryless_heat(max_ticks: int = 600):
+def memoryless_heat(max_ticks: int = 600, half_arc: float = RADAR_HALF_ARC):
     """This tick only, but it writes its memory into the tank: at a sighting with the gun off
     target it fires a cheap shot whose power encodes where the enemy is relative to the radar.
     The gun heat then says that power (its part below one cooling step, 0.1 a tick) and how many
@@ -180,14 +186,14 @@ def memoryless_heat(max_ticks: int = 600):
                     a[3] = 1.0  # on target: the real shot
                 else:  # write the bearing's offset from the radar (within its half arc) into the power
                     offset = _wrap(o.gun + o.rel_gun - o.radar)
-                    power = CLOCK_MIN + span * min(max((offset + RADAR_HALF_ARC) / (2 * RADAR_HALF_ARC), 0.0), 0.999)
+                    power = CLOCK_MIN + span * min(max((offset + half_arc) / (2 * half_arc), 0.0), 0.999)
                     a[3] = (power - 0.1) / 2.9
             return a
         if o.heat > 0.0:  # heat = 1 + power / 5 - 0.1 * ticks since the shot
             ticks = round(10.6 - 10 * o.heat)
             two_power = o.heat * 10 - 10 + ticks
             if 2 * CLOCK_MIN - 1e-3 <= two_power < 2 * CLOCK_MAX and 1 <= ticks <= 11:
-                offset = ((two_power / 2 - CLOCK_MIN) / span) * 2 * RADAR_HALF_ARC - RADAR_HALF_ARC
+                offset = ((two_power / 2 - CLOCK_MIN) / span) * 2 * half_arc - half_arc
                 bearing = o.radar - RADAR_RATE * ticks + offset
                 a[2] = gun_action(_wrap(bearing - o.gun))
             return a
@@ -198,14 +204,21 @@ def memoryless_heat(max_ticks: int = 600):
     return act, lambda: None
 
 
-POLICIES = {  # name -> (max_ticks -> (act, reset))
+POLICIES = {  # name -> (the unwrapped duel -> (act, reset)); the clock policies read its arc
     "memory": lambda _: memory(),
     "memory_lead": lambda _: memory(lead=True),
     "memoryless_blind": lambda _: memoryless(True),
     "memoryless_seen": lambda _: memoryless(False),
-    "memoryless_lead": lambda _: memoryless_lead(),
-    "memoryless_heat": memoryless_heat,
+    "memoryless_lead": lambda duel: memoryless_lead(duel.radar_half_arc),
+    "memoryless_heat": lambda duel: memoryless_heat(duel.max_ticks, duel.radar_half_arc),
 }
+
+
+def actor_view(policy, n: int = RADAR_OBS_DIM):
+    """``policy`` fed the actor's part of the observation: a duel with ``critic_info`` (v1) appends
+    values for the critic alone, which a deployed bot never sees."""
+    act, reset = policy
+    return (lambda obs: act(obs[:n])), reset
 
 
 def with_gun_noise(policy, sigma: float, seed: int = 0):
@@ -261,25 +274,22 @@ def main() -> int:
         p.error(f"--env-kwargs {a.env_kwargs!r}: expected a JSON object ({e})")
     if a.episodes < 1:
         p.error(f"--episodes must be at least 1, got {a.episodes}")
-    if kwargs.get("radar_arc", RADAR_ARC_DEG) != RADAR_ARC_DEG:
-        # memoryless_heat encodes a bearing within the default arc, and the clock policies
-        # assume its sightings; at another arc they would be quietly wrong.
-        p.error(f"the scripted policies assume the default {RADAR_ARC_DEG:g} degree radar arc; "
-                f"got radar_arc {kwargs['radar_arc']!r}")
     out: dict = {"bench": "radar_bounds", "env": a.env, "env_kwargs": kwargs, "results": {}}
     for opp in a.opponents:
         try:
             env = gym.make(a.env, **{**kwargs, "opponents": [opp]})
         except (gym.error.Error, TypeError, ValueError) as e:
             p.error(f"cannot make {a.env} against {opp!r} with {kwargs}: {e}")
-        if env.observation_space.shape != (32,):
-            p.error(f"{a.env} does not give the radar observation (32 values): {env.observation_space}")
-        if env.unwrapped.gun_control != "turn":
-            p.error(f"the scripted policies turn the gun directly; {a.env} has gun_control "
-                    f"{env.unwrapped.gun_control!r}")
+        duel = env.unwrapped
+        if getattr(duel, "observation", None) != "radar" \
+                or env.observation_space.shape != (RADAR_OBS_DIM + duel.critic_obs,):
+            p.error(f"{a.env} does not give the radar observation ({RADAR_OBS_DIM} values for the actor): "
+                    f"{env.observation_space}")
+        if duel.gun_control != "turn":
+            p.error(f"the scripted policies turn the gun directly; {a.env} has gun_control {duel.gun_control!r}")
         for name, make in POLICIES.items():
             for sigma in a.gun_noise:
-                r = play(env, with_gun_noise(make(env.unwrapped.max_ticks), sigma), a.episodes)
+                r = play(env, actor_view(with_gun_noise(make(duel), sigma)), a.episodes)
                 r.update(policy=name, opponent=opp, gun_noise=sigma)
                 print(json.dumps(r), flush=True)
                 out["results"][f"{name}/{opp}" + (f"/noise{sigma:g}" if len(a.gun_noise) > 1 or sigma else "")] = r
