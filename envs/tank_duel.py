@@ -218,6 +218,10 @@ OPPONENTS = {"sitting_duck": sitting_duck, "spinner": spinner, "walker": walker,
 
 class TankDuel(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+    # The kwargs that change what the observation's values or the actions mean (their values are
+    # attributes of the env).  sacbot saves them with a bot and will not resume or evaluate it
+    # under others: a bot that learnt to aim would turn its gun at random (sacbot.driver.env_layout).
+    layout_kwargs = ("observation", "gun_control", "critic_info")
 
     def __init__(self, opponents=("sitting_duck", "spinner", "walker", "tracker"), schedule: str = "cycle",
                  max_ticks: int = 600, render_mode: str | None = None, gun_control: str = "turn",
@@ -264,6 +268,7 @@ class TankDuel(gym.Env):
         self.shaping = self.privileged_reward = shaping
         # The number of trailing observation values for the critic alone; sacbot reads this
         # attribute and never gives them to the actor (Config.critic_obs).
+        self.critic_info = critic_info
         self.critic_obs = CRITIC_OBS_DIM if critic_info else 0
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")

@@ -84,9 +84,11 @@ def input_dim(cfg: Config, obs_dim: int) -> int:
 
 
 class Agent:
-    def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, *, log=None, learner=None):
+    def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, *, log=None, learner=None,
+                 env_layout: dict | None = None):
         """``learner``: an already running learner to feed (a bot of a Ray cluster feeds the shared
-        one); by default the bot assembles its own (sacbot.assemble)."""
+        one); by default the bot assembles its own (sacbot.assemble).  ``env_layout``: the env's
+        settings that change what its values mean (sacbot.driver.env_layout), saved with the bot."""
         self.cfg = cfg
         self.log = log or _log_line
         self.obs_dim, self.act_dim = space_dims(obs_space, action_space)
@@ -129,6 +131,8 @@ class Agent:
         net_obs = input_dim(cfg, self.obs_dim)
         spaces = {"obs_dim": net_obs, "act_dim": self.act_dim, "obs_shape": list(self.obs_shape),
                   "action_low": self._low.tolist(), "action_high": (self._low + 2 * self._half).tolist()}
+        if env_layout:
+            spaces["env_layout"] = dict(env_layout)
         try:
             start = assemble(cfg, net_obs, self.act_dim, spaces, self.log, learner=learner)
         except AssembleError as e:

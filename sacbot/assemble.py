@@ -63,7 +63,7 @@ def _mismatch(cfg: Config, e: Exception) -> ConfigError:
 def assemble(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log: Callable[[str], None],
              learner=None) -> Start:
     if cfg.eval_mode:
-        return _eval(cfg, obs_dim, act_dim, log)
+        return _eval(cfg, obs_dim, act_dim, spaces, log)
     if learner is not None:
         return _attach(cfg, learner, obs_dim, act_dim)
     return _train(cfg, obs_dim, act_dim, spaces, log)
@@ -88,10 +88,12 @@ def _attach(cfg: Config, learner, obs_dim: int, act_dim: int) -> Start:
 
 
 # --- eval ------------------------------------------------------------------------------------
-def _eval(cfg: Config, obs_dim: int, act_dim: int, log) -> Start:
+def _eval(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log) -> Start:
     # The export carries its own sizes; of the settings only the inputs must agree (and naming
-    # reward_input says why a wider input is asked for; critic_obs, which values the actor reads).
-    expect = {"obs_dim": obs_dim, "act_dim": act_dim, "reward_input": cfg.reward_input, "critic_obs": cfg.critic_obs}
+    # reward_input says why a wider input is asked for; critic_obs, which values the actor reads),
+    # and the game: a bot played in another one would read its values as something else.
+    expect = {"obs_dim": obs_dim, "act_dim": act_dim, "reward_input": cfg.reward_input, "critic_obs": cfg.critic_obs,
+              **_game(cfg, spaces)}
     try:
         # Actor-only: eval reads the deployable actor export and the manifest, nothing else.
         found = ck.load_latest(cfg.weights_dir, expect, entries=("actor",), log=log, set_aside_bad=False,
@@ -106,6 +108,15 @@ def _eval(cfg: Config, obs_dim: int, act_dim: int, log) -> Start:
     ckpt, path = found
     arrays = {k[len("export."):]: v for k, v in ckpt["arrays"].items() if k.startswith("export.")}
     return Start(arrays, int(ckpt["manifest"].get("step", 0)), path)
+
+
+def _game(cfg: Config, spaces: dict) -> dict:
+    """What ``checkpoint.game_difference`` compares: the env id, the env's layout kwargs (when
+    the caller gave them), and whether --transfer lets a bot of another game go on."""
+    out = {"env": cfg.env, "transfer": cfg.transfer}
+    if spaces.get("env_layout"):
+        out["env_layout"] = spaces["env_layout"]
+    return out
 
 
 def _pretrained(cfg: Config, expect: dict, log):
@@ -191,7 +202,8 @@ def _train_locked(cfg, obs_dim, act_dim, spaces, log, lock: WriterLock) -> Start
     try:
         # With --no-fresh-start nothing is set aside: a refusal must leave every file where it was,
         # or the next plain run would start fresh without the warning.
-        found = ck.load_latest(cfg.weights_dir, {**cfg.to_dict(), "obs_dim": obs_dim, "act_dim": act_dim},
+        found = ck.load_latest(cfg.weights_dir, {**cfg.to_dict(), "obs_dim": obs_dim, "act_dim": act_dim,
+                                                 **_game(cfg, spaces)},
                                log=log, latest_name=cfg.latest_name, set_aside_bad=not cfg.no_fresh_start)
     except ck.CheckpointMismatch as e:
         raise _mismatch(cfg, e) from None

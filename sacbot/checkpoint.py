@@ -756,6 +756,27 @@ def check_shapes(ckpt: dict, expect: dict, path: str) -> None:
             if isinstance(cfg, dict) and cfg.get("env") and "env" in expect and cfg.get("env") != expect["env"]:
                 envs = f" (its bot played {cfg['env']}, this run plays {expect['env']})"
             raise CheckpointMismatch(f"{path}: {key} is {spaces.get(key)}, {what} needs {expect[key]}{envs}")
+    if not expect.get("transfer"):
+        game = game_difference(cfg if isinstance(cfg, dict) else {}, spaces, expect)
+        if game:
+            raise CheckpointMismatch(f"{path} holds a bot that played {game}: its observations and actions would be "
+                                     "read as this game's (pass --transfer if that is meant)")
+
+
+def game_difference(saved_cfg: dict, spaces: dict, expect: dict) -> str | None:
+    """How the game a checkpoint's bot played differs from the one ``expect`` describes, or None:
+    another env id, or env kwargs that the env declares change what its values mean
+    (``env_layout``, saved in the manifest's spaces).  A side that lacks either (a checkpoint
+    older than the field, a caller that does not say) is not compared."""
+    saved, now = saved_cfg.get("env"), expect.get("env")
+    if isinstance(saved, str) and isinstance(now, str) and saved != now:
+        return f"{saved}, this run plays {now}"
+    saved_l, now_l = spaces.get("env_layout"), expect.get("env_layout")
+    if isinstance(saved_l, dict) and isinstance(now_l, dict) and saved_l != now_l:
+        keys = sorted(k for k in {*saved_l, *now_l} if saved_l.get(k) != now_l.get(k))
+        return (f"{now} with " + ", ".join(f"{k}={saved_l.get(k)!r}" for k in keys)
+                + ", this run has " + ", ".join(f"{k}={now_l.get(k)!r}" for k in keys))
+    return None
 
 
 def set_aside(path: str) -> str:

@@ -178,6 +178,12 @@ def cmd_inspect(args) -> int:
     if cfg:
         cfg = {**{k: f"{v} (saved before the setting)" for k, v in ABSENT_MEANS.items()}, **cfg}
     print("  config: " + ", ".join(f"{k}={cfg[k]}" for k in keys if k in cfg))
+    # The game: a resume or eval under other env kwargs that change what its values mean is refused.
+    layout = m.get("spaces", {}).get("env_layout")
+    if cfg.get("env_kwargs") or layout:
+        print(f"  env_kwargs: {cfg.get('env_kwargs') or '(none)'}"
+              + (f"; its layout: {', '.join(f'{k}={v!r}' for k, v in layout.items())}" if isinstance(layout, dict)
+                 else ""))
     return 0
 
 

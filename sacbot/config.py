@@ -149,6 +149,10 @@ class Config:
                            group="runtime")
     no_fresh_start: bool = _f(False, "Refuse to start when checkpoints exist but none loads.",
                               group="runtime")
+    transfer: bool = _f(False, "Go on from a bot saved in another env, or in this env with kwargs that change what "
+                               "its observations or actions mean (transfer learning; evaluating a bot in a variant "
+                               "of its game). Without it such a weights directory is refused, so a mistyped --env "
+                               "cannot train over a trained bot. The spaces must fit either way.", group="runtime")
     tensorboard: str = _f("", "Directory for TensorBoard event files: training metrics, episode returns and win "
                               "rates, evals and act latency, read from the JSONL files (needs the tensorboard "
                               "extra: pip install 'sacbot[tensorboard]'); empty: off.", group="runtime")

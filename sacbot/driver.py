@@ -61,6 +61,14 @@ def with_env_critic_obs(cfg: Config, env: gym.Env) -> Config:
     return dataclasses.replace(cfg, critic_obs=declared)
 
 
+def env_layout(env: gym.Env) -> dict | None:
+    """The values of the kwargs the env declares change what its observations or actions mean
+    (its ``layout_kwargs``, e.g. TankDuel's gun_control), or None if it declares none.  Saved with
+    the bot, so that a resume or eval under other values is refused (Config.transfer)."""
+    keys = getattr(env.unwrapped, "layout_kwargs", ())
+    return {k: getattr(env.unwrapped, k) for k in keys} or None
+
+
 def flatten_if_nested(env: gym.Env) -> gym.Env:
     """Dict and Tuple observations reach the agent flattened into one Box."""
     if isinstance(env.observation_space, gym.spaces.Dict | gym.spaces.Tuple):
@@ -91,7 +99,8 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None, lear
     stop = stop or threading.Event()
     env = make_env(cfg.env, kwargs=cfg.env_kwargs_dict())
     cfg = with_env_critic_obs(cfg, env)
-    agent = Agent(cfg, env.observation_space, env.action_space, log=agent_log, learner=learner)
+    agent = Agent(cfg, env.observation_space, env.action_space, log=agent_log, learner=learner,
+                  env_layout=env_layout(env))
     progress = Progress(not cfg.quiet, cfg.steps or None)
     period = 1.0 / cfg.tps
     misses = ticks = 0

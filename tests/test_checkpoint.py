@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from functools import partial
 
 import numpy as np
 import pytest
@@ -328,6 +329,28 @@ def test_a_bot_from_another_env_is_named_in_the_mismatch(tmp_path):
                                                     r"sacbot/TankDuel-v0\)"):
         ck.load_latest(str(tmp_path / "w"), {"obs_dim": 37, "act_dim": 1, "hidden": 8, "env": "sacbot/TankDuel-v0"},
                        log=lambda m: None)
+
+
+def test_a_bot_of_another_game_with_the_same_sizes_is_refused_unless_transfer_is_asked_for(tmp_path):
+    """Pendulum-v1 and sacbot/CueMemory-v0 both have 3 inputs and 1 action: the sizes alone let a
+    mistyped --env train over the Pendulum bot.  So are env kwargs the env declares change what its
+    values mean (env_layout); other kwargs (the opponents) and files without the fields still load."""
+    st = trained_state(tmp_path)
+    layout = {"gun_control": "aim", "observation": "full"}
+    ck.write_checkpoint(str(tmp_path / "w"), st.payload(False), config={"hidden": 8, "env": "Pendulum-v1"},
+                        spaces={"obs_dim": 3, "act_dim": 1, "env_layout": layout})
+    base = {"obs_dim": 3, "act_dim": 1, "hidden": 8}
+    before = sorted(os.listdir(tmp_path / "w"))
+    load = partial(ck.load_latest, str(tmp_path / "w"), log=lambda m: None)
+    with pytest.raises(ck.CheckpointMismatch, match="Pendulum-v1, this run plays sacbot/CueMemory-v0.*--transfer"):
+        load({**base, "env": "sacbot/CueMemory-v0"})
+    with pytest.raises(ck.CheckpointMismatch, match="gun_control='aim', this run has gun_control='turn'"):
+        load({**base, "env": "Pendulum-v1", "env_layout": {**layout, "gun_control": "turn"}})
+    assert sorted(os.listdir(tmp_path / "w")) == before  # refused, nothing moved
+    assert load({**base, "env": "sacbot/CueMemory-v0", "transfer": True}) is not None
+    assert load({**base, "env": "Pendulum-v1", "env_layout": dict(layout)}) is not None
+    assert load({**base, "env": "Pendulum-v1"}) is not None  # a caller that gives no layout (the Agent API)
+    assert load(base) is not None  # nor an env
 
 
 def test_truncation_at_many_offsets_and_byte_flips_only_raise_checkpoint_error(good_dir, tmp_path):

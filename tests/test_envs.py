@@ -494,6 +494,17 @@ def test_the_scripted_policies_play_v1_as_a_bot_would_at_its_wider_arc():
     assert mem["median_ticks_to_win"] < seen["median_ticks_to_win"]
 
 
+def test_the_duel_declares_the_kwargs_that_change_what_its_values_mean():
+    """sacbot saves these with a bot and refuses a resume or eval under others (Config.transfer)."""
+    from sacbot.driver import env_layout
+
+    assert env_layout(gym.make("sacbot/TankDuel-v0")) == {"observation": "full", "gun_control": "aim",
+                                                         "critic_info": False}
+    assert env_layout(gym.make("sacbot/TankDuelRadar-v1", opponents=["tracker"], radar_arc=40.0)) == {
+        "observation": "radar", "gun_control": "turn", "critic_info": True}  # opponents and arc: the same meaning
+    assert env_layout(gym.make("Pendulum-v1")) is None
+
+
 def test_shaping_pays_a_shot_on_course_when_fired_and_moves_reward_only_in_time():
     # A shot on course is paid its damage at once and nothing when it lands; a shot off course
     # nothing (the duck and our tank stand still, so the gun's error, the other term, is constant).

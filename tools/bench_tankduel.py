@@ -52,14 +52,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import sacbot.envs  # noqa: E402,F401 - registers TankDuel
 from sacbot import checkpoint as ck  # noqa: E402
 from sacbot import policy  # noqa: E402
-from sacbot.envs.tank_duel import OPPONENTS  # noqa: E402
+from sacbot.envs.tank_duel import OPPONENTS, TankDuel  # noqa: E402
 
 SEED0 = 10_000  # eval episodes use seeds SEED0 + k, apart from training's 0, 1, 2, ...
 # play() reads the duel's info (opponent, won): no other env can be evaluated here.
 TANKDUEL_ENVS = ("sacbot/TankDuel-v0", "sacbot/TankDuelRadar-v0", "sacbot/TankDuelRadar-v1")
 # Kwargs that change what the actor reads (the observation's layout) or what its gun action
 # means: an actor played under others than it trained with is another function, or fails.
-LAYOUT_KWARGS = ("observation", "gun_control", "critic_info")
+LAYOUT_KWARGS = TankDuel.layout_kwargs
 
 
 def play(env: gym.Env, act, episodes: int) -> dict:
