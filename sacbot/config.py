@@ -173,6 +173,15 @@ class Config:
                               "checkpoint, which the next save would overwrite; pass its directory to go on from the "
                               "newest checkpoint there, or copy the file into a new directory as "
                               "sac_latest.zip to go on from that step")
+        kept = os.path.basename(self.weights_path) == "best.zip" \
+            or os.path.basename(os.path.dirname(os.path.normpath(self.weights_path))) == "pretrained"
+        if self.original_layout and not self.eval_mode and kept:
+            # Files sacbot keeps for another purpose: the runner's best bot (it copies the best eval
+            # there) and the bots eval falls back to.  Training would overwrite them with every save.
+            raise ConfigError(f"weights_path = {self.weights_path!r} is not accepted for training: it names a bot "
+                              "sacbot keeps apart (the runner's best.zip, or one in a pretrained/ directory), which "
+                              "every save would overwrite; copy it into a new directory as sac_latest.zip and "
+                              "pass that directory to train on from it")
         if self.original_layout and os.path.isdir(self.weights_path):
             # Read as a checkpoint file, a directory would be moved aside as unusable and a fresh bot
             # started beside it.

@@ -185,6 +185,15 @@ def test_a_step_checkpoint_as_weights_path_is_refused_for_training_but_read_by_e
     assert Config(weights_path="w/sac_step_3.zip", eval_mode=True).latest_name == "sac_step_3.zip"
 
 
+@pytest.mark.parametrize("path", ["w/best.zip", "w/pretrained/tankduel.zip", "w/pretrained/../pretrained/x.zip"])
+def test_a_kept_bot_as_weights_path_is_refused_for_training_but_read_by_eval(path):
+    """The runner's best.zip and the pretrained bots would be overwritten by every save."""
+    with pytest.raises(ConfigError, match="names a bot sacbot keeps apart"):
+        Config(weights_path=path)
+    assert Config(weights_path=path, eval_mode=True).latest_name == os.path.basename(path)
+    Config(weights_path="w/pretrained_old/sac_latest.zip")  # only those names
+
+
 def test_check_env_turns_a_failing_first_step_into_a_config_error():
     check_env(Config(env="Pendulum-v1", env_kwargs='{"g": 9.81}'))
     with pytest.raises(ConfigError, match=r"env = 'Pendulum-v1' with env_kwargs = \{\"g\": \"abc\"\} "
