@@ -460,16 +460,24 @@ def test_export_bot_drops_the_replay_and_keeps_a_loadable_checkpoint(tmp_path):
     into_dir = subprocess.run([sys.executable, tool, src, str(dst.parent)], capture_output=True, text=True,
                               timeout=60)
     assert into_dir.returncode == 2 and "is a directory" in into_dir.stderr
+    beside = str(tmp_path / "w" / "small.zip")  # into a weights directory
     live = WriterLock(str(tmp_path / "w")).acquire()
     try:
-        held = subprocess.run([sys.executable, tool, src, src, "--force"], capture_output=True, text=True,
+        held = subprocess.run([sys.executable, tool, src, beside, "--force"], capture_output=True, text=True,
                               timeout=60)
     finally:
         live.close()
     assert held.returncode == 1 and "in use by process" in held.stderr and "nothing was written" in held.stderr
-    forced = subprocess.run([sys.executable, tool, src, src, "--force"], capture_output=True, text=True, timeout=60)
-    assert forced.returncode == 0, forced.stderr
-    assert "replay" not in ck.read_checkpoint(src)["meta"]  # replaced, as asked
+    assert not os.path.exists(beside)
+    # A bot exported over itself would lose its replay for good, --force or not (it did).
+    whole = open(src, "rb").read()
+    for same in (src, str(tmp_path / "w" / "." / ck.LATEST)):
+        over = subprocess.run([sys.executable, tool, src, same, "--force"], capture_output=True, text=True,
+                              timeout=60)
+        assert over.returncode == 2 and "the same file" in over.stderr and open(src, "rb").read() == whole
+    forced = subprocess.run([sys.executable, tool, src, str(dst), "--force"], capture_output=True, text=True,
+                            timeout=60)
+    assert forced.returncode == 0, forced.stderr  # another bot's file: replaced, as asked
 
 
 def test_a_step_file_newer_than_sac_latest_loads_first(tmp_path):

@@ -31,6 +31,12 @@ def main() -> int:
     p.add_argument("dst")
     p.add_argument("--force", action="store_true", help="replace DST if it exists")
     a = p.parse_args()
+    if not a.dst.strip():
+        p.error("DST is empty; name the file to write, e.g. bot.zip")
+    if os.path.abspath(a.src) == os.path.abspath(a.dst) or (
+            os.path.exists(a.src) and os.path.exists(a.dst) and os.path.samefile(a.src, a.dst)):
+        # --force would replace the bot with its own copy minus the replay: the buffer gone for good.
+        p.error(f"SRC and DST are the same file ({a.src!r}); write the copy elsewhere (nothing was written)")
     if os.path.isdir(a.dst):
         p.error(f"DST {a.dst!r} is a directory; name the file to write, e.g. {os.path.join(a.dst, 'bot.zip')!r}")
     if os.path.lexists(a.dst) and not a.force:
@@ -53,14 +59,19 @@ def main() -> int:
         except LockHeld as e:
             print(f"export_bot: {e}; nothing was written", file=sys.stderr)
             return 1
-    with tempfile.TemporaryDirectory() as d:
-        r = ck.write_checkpoint(d, {"arrays": arrays, "meta": meta}, keep_last=0,
-                                config=m.get("config"), spaces=m.get("spaces"))
-        os.makedirs(parent, exist_ok=True)
-        with open(os.path.join(d, ck.LATEST), "rb") as src:  # the one atomic write, fsync included
-            ck.atomic_write(a.dst, lambda fh: shutil.copyfileobj(src, fh, 1 << 20))
-    if lock is not None:
-        lock.close()
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            r = ck.write_checkpoint(d, {"arrays": arrays, "meta": meta}, keep_last=0,
+                                    config=m.get("config"), spaces=m.get("spaces"))
+            os.makedirs(parent, exist_ok=True)
+            with open(os.path.join(d, ck.LATEST), "rb") as src:  # the one atomic write, fsync included
+                ck.atomic_write(a.dst, lambda fh: shutil.copyfileobj(src, fh, 1 << 20))
+    except OSError as e:  # no permission, a read-only or full disk, /proc: the atomic write left DST as it was
+        print(f"export_bot: cannot write {a.dst!r}: {e.strerror or e}; nothing was written", file=sys.stderr)
+        return 1
+    finally:
+        if lock is not None:
+            lock.close()
     ck.read_checkpoint(a.dst)  # verify what was written
     print(f"{a.dst}: {r.bytes:,} bytes, step {r.step}, env steps {m.get('env_steps')} (from {a.src})")
     return 0
