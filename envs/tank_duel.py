@@ -239,6 +239,11 @@ class TankDuel(gym.Env):
                              f"got {max_ticks!r}")
         if schedule not in ("fixed", "cycle", "random"):
             raise ValueError(f"schedule must be fixed, cycle or random, got {schedule!r}")
+        if schedule == "fixed" and len(opponents) > 1:
+            # The registered duels fix the schedule: a list given alone would play its first name
+            # forever, and a run waiting for every opponent (--episodes-per-opponent) never end.
+            raise ValueError(f"schedule 'fixed' plays only the first of opponents {list(opponents)}; add "
+                             "\"schedule\": \"cycle\" (in turn) or \"random\" to play them all, or give one name")
         if gun_control not in ("turn", "aim"):
             raise ValueError(f"gun_control must be 'turn' or 'aim', got {gun_control!r}")
         if observation not in ("full", "radar"):

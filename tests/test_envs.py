@@ -208,6 +208,15 @@ def test_opponents_behave_as_named():
     assert track[-1, 3] < 200 < track[0, 3]  # it closes in on us
 
 
+def test_a_fixed_schedule_with_several_opponents_is_refused():
+    """It played the first name forever, and --episodes-per-opponent waited for the others forever."""
+    with pytest.raises(ValueError, match=r"schedule 'fixed' plays only the first of opponents \['spinner', 'walker'\]"):
+        gym.make("sacbot/TankDuel-v0", opponents=["spinner", "walker"])
+    assert gym.make("sacbot/TankDuel-v0", opponents=["spinner", "walker"], schedule="cycle").unwrapped.opponents == (
+        "spinner", "walker")
+    assert TankDuel(opponents=["spinner"], schedule="fixed").opponents == ("spinner",)
+
+
 def test_schedule_cycle_random_and_info():
     env = TankDuel(schedule="cycle")
     names = [env.reset(seed=0 if i == 0 else None)[1]["opponent"] for i in range(5)]
