@@ -96,6 +96,7 @@ def cmd_run(args, eval_mode: bool) -> int:
     # Imported after the checks: torch takes seconds to import, a bad setting should not wait.
     from .agent import AgentError, summary
     from .driver import drive
+    from .messages import MessageError
 
     stop = threading.Event()
     signals = _Signals(stop, "stopping (eval saves nothing)" if cfg.eval_mode else "closing (final save)")
@@ -104,6 +105,10 @@ def cmd_run(args, eval_mode: bool) -> int:
         report = drive(cfg, stop)
     except AgentError as e:
         print(f"sacbot: {e}", file=sys.stderr)
+        return 1
+    except MessageError as e:  # the env gave a value the bot refuses (NaN) after the start-up check passed
+        print(f"sacbot: the env {cfg.env} gave a value sacbot cannot learn from: {e}; the bot was closed and its "
+              "last checkpoint kept", file=sys.stderr)
         return 1
     finally:
         if sink is not None and not sink.stop(timeout=10):  # after drive: the final lines are written

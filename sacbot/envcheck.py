@@ -23,20 +23,29 @@ def check_env(cfg: Config) -> None:
     from . import envs  # noqa: F401 - registers sacbot's envs (the repo's envs/, installed as sacbot.envs)
     from .agent import AgentError, space_dims
     from .driver import flatten_if_nested
+    from .messages import MAX_ABS_OBS, MessageError, check_reward, check_vector
 
     kwargs = cfg.env_kwargs_dict()
     stage = "make"
     env = None
     try:
         env = flatten_if_nested(gym.make(cfg.env, **kwargs))  # as the driver makes it
-        space_dims(env.observation_space, env.action_space)
+        obs_dim, _ = space_dims(env.observation_space, env.action_space)
+        shape = env.observation_space.shape
         stage = "reset"
-        env.reset(seed=cfg.seed)
+        obs, _ = env.reset(seed=cfg.seed)
+        check_vector("its first observation", obs, obs_dim, shape, MAX_ABS_OBS)
         stage = "step"
         env.action_space.seed(cfg.seed)
-        env.step(env.action_space.sample())
+        obs, reward, *_ = env.step(env.action_space.sample())
+        # What the bot would refuse on its first tick (a kwarg that makes NaN), refused before any file.
+        check_vector("the observation after one step", obs, obs_dim, shape, MAX_ABS_OBS)
+        check_reward(reward)
     except AgentError as e:  # spaces sacbot cannot drive (Discrete actions): the user's choice of env
         raise ConfigError(f"env = {cfg.env!r}: {e}") from None
+    except MessageError as e:
+        raise ConfigError(f"env = {cfg.env!r} with env_kwargs = {json.dumps(kwargs)} gives values sacbot cannot "
+                          f"learn from at {stage}: {e}") from None
     except Exception as e:  # noqa: BLE001 - any failure of a user's env is a bad setting here
         raise ConfigError(f"env = {cfg.env!r} with env_kwargs = {json.dumps(kwargs)} fails at {stage}: "
                           f"{type(e).__name__}: {e}") from None

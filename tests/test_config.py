@@ -201,6 +201,10 @@ def test_check_env_turns_a_failing_first_step_into_a_config_error():
         check_env(Config(env="Pendulum-v1", env_kwargs='{"g": "abc"}'))
     with pytest.raises(ConfigError, match="fails at make: .*Nope"):
         check_env(Config(env="Nope-v9"))
+    # A kwarg that makes the env's values NaN passed, and the bot crashed after writing step 0.
+    with pytest.raises(ConfigError, match=r"gives values sacbot cannot learn from at step: the observation after "
+                                          r"one step has non-finite values"):
+        check_env(Config(env="Pendulum-v1", env_kwargs='{"g": NaN}'))
     # An env sacbot cannot drive is the user's setting too (it exited 1 from inside the driver).
     with pytest.raises(ConfigError, match=r"env = 'CartPole-v1': action space Discrete\(2\) is not supported"):
         check_env(Config(env="CartPole-v1"))
