@@ -454,6 +454,31 @@ def _cli_layer(cli: Mapping[str, Any] | None, by_name: Mapping[str, dataclasses.
     return {name: (raw, flag_name(by_name[name])) for name, raw in (cli or {}).items() if raw is not None}
 
 
+def resolve_env_id(env_id: str) -> str:
+    """``env_id`` with its version when it names none and gymnasium would pick the latest
+    (``sacbot/TankDuelRadar`` plays ``-v1``): the preset, the saved bot and the env must agree
+    on which one runs.  Other ids are returned as given (gym.make judges them)."""
+    if ":" in env_id or not env_id.strip():
+        return env_id
+    import gymnasium as gym
+    from gymnasium.envs.registration import find_highest_version, parse_env_id
+
+    from . import envs  # noqa: F401 - registers sacbot's ids
+
+    try:
+        ns, name, version = parse_env_id(env_id)
+    except gym.error.Error:
+        return env_id
+    if version is not None or env_id in gym.registry:
+        return env_id
+    latest = find_highest_version(ns, name)
+    if latest is None:
+        return env_id
+    full = f"{ns + '/' if ns else ''}{name}-v{latest}"
+    log.info("%s names no version: it means %s, the latest (give the version to pin it)", env_id, full)
+    return full
+
+
 def _preset_layer(env_id: str, given: Mapping[str, Any]) -> Layer:
     """The preset of ``env_id`` (sacbot/presets.py), said once on the "sacbot" logger."""
     from .presets import preset_for
@@ -484,6 +509,8 @@ def load_config(toml_path: str | None = None, env: Mapping[str, str] | None = No
         for name, (raw, source) in layer.items():
             given[name] = coerce(by_name[name], raw, source)
     # The env id is resolved from every source first: its preset sits under all of them.
+    if isinstance(given.get("env"), str):
+        given["env"] = resolve_env_id(given["env"])
     preset = {}
     for name, (raw, source) in _preset_layer(given.get("env", Config.env), given).items():
         if name not in by_name:

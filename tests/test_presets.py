@@ -84,3 +84,14 @@ def test_preset_for_hands_out_a_copy():
 def test_a_flag_overrides_a_preset_value():
     cfg = load_config(None, {}, {"env": "sacbot/TankDuelRadar-v0", "init_alpha": "0.1"})
     assert cfg.init_alpha == 0.1
+
+
+def test_an_id_without_a_version_gets_the_preset_of_the_version_gymnasium_plays():
+    """gym.make("sacbot/TankDuelRadar") plays -v1; the preset lookup used the bare id and applied
+    none, so the run trained v1 at the dense-reward defaults."""
+    cfg = load_config(None, {}, {"env": "sacbot/TankDuelRadar"})
+    assert cfg.env == "sacbot/TankDuelRadar-v1"
+    assert (cfg.n_step, cfg.critic_memory) == (PRESETS["sacbot/TankDuelRadar-v1"]["n_step"], False)
+    assert load_config(None, {}, {"env": "Pendulum"}).env == "Pendulum-v1"
+    assert load_config(None, {}, {"env": "sacbot/TankDuelRadar-v0"}).env == "sacbot/TankDuelRadar-v0"  # pinned
+    assert load_config(None, {}, {"env": "NoSuchGame"}).env == "NoSuchGame"  # gym.make judges it
