@@ -26,7 +26,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     for name, help_ in (("run", "play and learn; resumes from the weights path"),
                         ("eval", "evaluate the newest checkpoint (eval mode: nothing is saved)")):
-        sp = sub.add_parser(name, help=help_, description=help_)
+        desc = help_ if name == "run" else (help_ + "; with no --episodes, --steps or --episodes-per-opponent "
+                                            "(or all 0) it plays 10 episodes, so an eval always ends")
+        sp = sub.add_parser(name, help=help_, description=desc)
         sp.add_argument("--config", metavar="TOML", help="TOML config file (env SACBOT_CONFIG)")
         add_arguments(sp)
         if name == "eval":
