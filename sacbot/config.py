@@ -321,7 +321,9 @@ def _check(f: dataclasses.Field, value: Any) -> None:
 
 
 _TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
+# Not "": SACBOT_SAVE_REPLAY= (set, empty) read as off and dropped the replay from every save,
+# while an empty number was an error.  Empty is refused for every type.
+_FALSE = {"0", "false", "no", "off"}
 
 
 def _to_int(raw: Any) -> int:

@@ -185,6 +185,14 @@ def test_a_step_checkpoint_as_weights_path_is_refused_for_training_but_read_by_e
     assert Config(weights_path="w/sac_step_3.zip", eval_mode=True).latest_name == "sac_step_3.zip"
 
 
+def test_an_empty_env_var_is_refused_for_a_boolean_as_for_a_number():
+    with pytest.raises(ConfigError, match="SACBOT_SAVE_REPLAY = '' is not accepted: expected a boolean"):
+        load_config(None, {"SACBOT_SAVE_REPLAY": ""}, {})
+    with pytest.raises(ConfigError, match="SACBOT_N_STEP = '' is not accepted"):
+        load_config(None, {"SACBOT_N_STEP": ""}, {})
+    assert load_config(None, {"SACBOT_SAVE_REPLAY": " Off "}, {}).save_replay is False
+
+
 @pytest.mark.parametrize("path", ["w/best.zip", "w/pretrained/tankduel.zip", "w/pretrained/../pretrained/x.zip"])
 def test_a_kept_bot_as_weights_path_is_refused_for_training_but_read_by_eval(path):
     """The runner's best.zip and the pretrained bots would be overwritten by every save."""
