@@ -56,8 +56,12 @@ def make_dir(path: str, flag: str) -> None:
 
 
 def _mismatch(cfg: Config, e: Exception) -> ConfigError:
+    moved = getattr(e, "set_aside", [])
+    done = (f"Nothing in {cfg.weights_dir!r} was changed." if not moved else
+            f"No checkpoint in {cfg.weights_dir!r} was written or overwritten; only damaged files were kept "
+            f"aside: {', '.join(os.path.basename(p) for p in moved)}.")
     return ConfigError(f"{e}. To go on with that bot, run with its settings (`sacbot inspect` shows them); "
-                       f"for a new bot, pass another --weights-path. Nothing in {cfg.weights_dir!r} was changed.")
+                       f"for a new bot, pass another --weights-path. {done}")
 
 
 def assemble(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log: Callable[[str], None],

@@ -820,7 +820,8 @@ def load_latest(directory: str, expect: dict | None = None, entries: tuple[str, 
     Returns (checkpoint, path) or None when there is no file or none is valid.  A sound file
     that does not fit ``expect`` raises CheckpointMismatch and changes nothing: the run's
     settings are wrong, not the file, and an older step file of the same bot would not fit
-    either."""
+    either.  Its ``set_aside`` lists the damaged files moved aside before it was found."""
+    moved: list[str] = []
     for path in candidates(directory, latest_name):
         try:
             ckpt = read_checkpoint(path, entries)
@@ -828,12 +829,14 @@ def load_latest(directory: str, expect: dict | None = None, entries: tuple[str, 
                 check_shapes(ckpt, expect, path)
             log(f"sacbot: loaded checkpoint {path} (step {ckpt['manifest'].get('step')})")
             return ckpt, path
-        except CheckpointMismatch:
+        except CheckpointMismatch as e:
+            e.set_aside = moved  # so a message does not say "nothing was changed" after a rename
             raise
         except CheckpointError as e:
             msg = f"sacbot: checkpoint {path} is not usable: {e}"
             if set_aside_bad:
-                msg += f"; kept aside as {os.path.basename(set_aside(path))}"
+                moved.append(set_aside(path))
+                msg += f"; kept aside as {os.path.basename(moved[-1])}"
             log(msg)
     return None
 

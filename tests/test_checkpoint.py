@@ -353,6 +353,19 @@ def test_a_bot_of_another_game_with_the_same_sizes_is_refused_unless_transfer_is
     assert load(base) is not None  # nor an env
 
 
+def test_a_mismatch_found_after_a_damaged_file_says_that_file_was_moved(good_dir):
+    """The refusal said "nothing was changed" after renaming the damaged sac_latest.zip."""
+    from sacbot.assemble import _mismatch
+
+    (good_dir / ck.LATEST).write_bytes(b"not a zip")
+    with pytest.raises(ck.CheckpointMismatch) as got:
+        ck.load_latest(str(good_dir), {"obs_dim": 4, "act_dim": 1, "hidden": 8}, log=lambda m: None)
+    [moved] = got.value.set_aside
+    assert os.path.basename(moved).startswith(ck.LATEST + ".corrupt-") and os.path.exists(moved)
+    text = str(_mismatch(Config(weights_path=str(good_dir)), got.value))
+    assert "only damaged files were kept aside: " + os.path.basename(moved) in text and "Nothing in" not in text
+
+
 def test_truncation_at_many_offsets_and_byte_flips_only_raise_checkpoint_error(good_dir, tmp_path):
     data = (good_dir / ck.LATEST).read_bytes()
     rnd = np.random.default_rng(0)
