@@ -51,6 +51,12 @@ def with_env_critic_obs(cfg: Config, env: gym.Env) -> Config:
                           "(its privileged_reward): as an input it would tell the actor what the game hides; turn "
                           "reward_input off")
     declared = getattr(env.unwrapped, "critic_obs", 0)
+    if not cfg.critic_memory and not cfg.memoryless and not (declared or cfg.critic_obs) and not cfg.eval_mode:
+        # TankDuelRadar-v1's preset turns the critic's memory off because the env gives it the hidden
+        # state; with critic_info off the critic would learn from neither (a partial view alone).
+        log.warning("critic_memory is off, but %s gives the critic no values of its own (critic_obs 0): the "
+                    "critic sees neither the history nor the hidden state; pass --critic-memory if the "
+                    "game hides state", cfg.env)
     if not declared or cfg.critic_obs == declared:
         return cfg
     if cfg.critic_obs:

@@ -380,3 +380,25 @@ def test_an_env_declares_what_the_actor_must_not_read_and_a_flag_cannot_undo_it(
     with pytest.raises(ConfigError, match="reward_input = True, but .* computed from state the actor must not see"):
         with_env_critic_obs(Config(env="sacbot/TankDuelRadar-v0", reward_input=True), shaped)
     assert with_env_critic_obs(Config(env="sacbot/TankDuelRadar-v0"), shaped).critic_obs == 0
+
+
+
+def test_a_critic_without_memory_or_values_of_its_own_is_warned_about(caplog):
+    """v1's preset turns critic_memory off because the env hands the critic the hidden state;
+    with critic_info off that reason is gone, and the critic saw only the partial view."""
+    import gymnasium as gym
+
+    import sacbot.envs  # noqa: F401 - registers
+    from sacbot.config import Config
+    from sacbot.driver import with_env_critic_obs
+
+    bare = gym.make("sacbot/TankDuelRadar-v1", critic_info=False)
+    with caplog.at_level("WARNING", logger="sacbot"):
+        with_env_critic_obs(Config(env="sacbot/TankDuelRadar-v1", critic_memory=False), bare)
+    assert "critic sees neither the history nor the hidden state" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="sacbot"):
+        v1 = gym.make("sacbot/TankDuelRadar-v1")
+        with_env_critic_obs(Config(env="sacbot/TankDuelRadar-v1", critic_memory=False), v1)
+        with_env_critic_obs(Config(env="sacbot/TankDuelRadar-v1", critic_memory=False, memoryless=True), bare)
+    assert caplog.text == ""
