@@ -81,7 +81,7 @@ def critic_gun_slopes(path: str, cfg: dict, episodes: list[tuple[np.ndarray, np.
     import torch
 
     from sacbot.sac import Critic
-    arrays = ck.read_checkpoint(path)["arrays"]
+    arrays = ck.read_checkpoint(path, entries=("model",))["arrays"]
     obs_dim, act_dim = episodes[0][0].shape[1], episodes[0][1].shape[1]
     critic = Critic(obs_dim, act_dim, int(cfg["hidden"]))
     critic.load_state_dict({k[len("critic."):]: torch.as_tensor(v) for k, v in arrays.items()
@@ -162,6 +162,7 @@ def main() -> int:
     for name, _, path in runs:
         try:
             cfg = checkpoint_config(path)
+            ck.read_checkpoint(path, entries=("model",))  # the critic, read after play: checked now
         except ck.CheckpointError as e:
             print(f"probe_radar_gun: {e}", file=sys.stderr)
             return 1
