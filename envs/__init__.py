@@ -12,7 +12,13 @@ sacbot/Pendulum-V-v0       Pendulum with only the angular velocity observed
 =========================  ==========================================================
 """
 
+import warnings
+
 from gymnasium.envs.registration import register, registry
+
+# gymnasium calls any id with a higher version "out of date", but TankDuelRadar-v0 is a task of its
+# own (no critic values, no shaping, a 40-degree radar), not an old v1: the advice would mislead.
+warnings.filterwarnings("ignore", message=r".*sacbot/TankDuelRadar-v0 is out of date", category=DeprecationWarning)
 
 
 # Installed, this folder is the package ``sacbot.envs`` (pyproject.toml's package-dir: a
