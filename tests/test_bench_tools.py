@@ -95,7 +95,8 @@ def test_the_radar_gun_probe_splits_ticks_by_sight():
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--runs", "x=/nonexistent.zip"], "--runs wants NAME=CHECKPOINT with an existing file"),
+    (["--runs", "x=/nonexistent.zip"], "--runs wants NAME=CHECKPOINT with a name and an existing file"),
+    (["--runs", "x=/nonexistent.zip", "x=/nonexistent.zip"], "--runs: each NAME once"),
     (["--runs", "x=/dev/null", "--arc", "0"], r"--arc wants degrees in \(0, 360\]"),
     (["--runs", "x=/dev/null", "--env-kwargs", "[1]"], "wants a JSON object"),
 ])

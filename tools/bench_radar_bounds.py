@@ -274,6 +274,8 @@ def main() -> int:
         p.error(f"--env-kwargs {a.env_kwargs!r}: expected a JSON object ({e})")
     if a.episodes < 1:
         p.error(f"--episodes must be at least 1, got {a.episodes}")
+    if "opponents" in kwargs:  # each opponent's episodes set it; the kwarg would be ignored, yet echoed
+        p.error("--env-kwargs: give the opponents with --opponents")
     out: dict = {"bench": "radar_bounds", "env": a.env, "env_kwargs": kwargs, "results": {}}
     for opp in a.opponents:
         try:

@@ -267,10 +267,15 @@ def main() -> int:
 
     checks = [({"env": a.env}, "--train")] if a.train else []
     checks += [({"env": random_env}, "--random")] if a.random else []
+    names = [spec.partition("=")[0] for spec in a.runs]
+    if len(set(names)) < len(names):  # the summary is keyed by name: one curve would hide another
+        p.error(f"--runs: each NAME once, got {sorted(n for n in set(names) if names.count(n) > 1)} more than once")
+    if not (a.runs or a.random or a.train):
+        p.error("nothing to measure: give --runs NAME=WEIGHTS_DIR, --random OPPONENT or --train")
     for spec in a.runs:
         name, sep, wdir = spec.partition("=")
-        if not sep or not os.path.isdir(wdir):
-            p.error(f"--runs wants NAME=WEIGHTS_DIR with an existing directory, got {spec!r}")
+        if not sep or not name.strip() or not os.path.isdir(wdir):
+            p.error(f"--runs wants NAME=WEIGHTS_DIR with a name and an existing directory, got {spec!r}")
         if not ck.step_files(wdir):
             p.error(f"{wdir}: no sac_step_<N>.zip files (train with --keep-last large enough)")
         # Every point's manifest, before any is played: a wrong or unreadable file stops nothing half-way.

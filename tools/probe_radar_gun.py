@@ -155,9 +155,12 @@ def main() -> int:
     if "radar_arc" in a.env_kwargs:
         p.error("give the arc with --arc, not in --env-kwargs")
     runs = [spec.partition("=") for spec in a.runs]
-    for spec, (_, sep, path) in zip(a.runs, runs):
-        if not sep or not os.path.isfile(path):
-            p.error(f"--runs wants NAME=CHECKPOINT with an existing file, got {spec!r}")
+    names = [name for name, _, _ in runs]
+    if len(set(names)) < len(names):  # the summary is keyed by name: one run would hide another
+        p.error(f"--runs: each NAME once, got {sorted(n for n in set(names) if names.count(n) > 1)} more than once")
+    for spec, (name, sep, path) in zip(a.runs, runs):
+        if not sep or not name.strip() or not os.path.isfile(path):
+            p.error(f"--runs wants NAME=CHECKPOINT with a name and an existing file, got {spec!r}")
     # Each checkpoint, and the env it is played in, before any is played.
     for name, _, path in runs:
         try:
