@@ -59,6 +59,20 @@ def test_lines_the_panels_cannot_draw_are_skipped_by_name(tmp_path, capsys):
         assert says in err, err
 
 
+def test_a_negative_std_and_a_directory_in_a_files_place_are_skipped_not_raised(tmp_path, capsys):
+    import shutil
+
+    shutil.copytree(FIXTURE, tmp_path, dirs_exist_ok=True)
+    with open(tmp_path / "evals.jsonl", "a") as fh:
+        fh.write('{"mean_return": 1.0, "std_return": -2}\n')
+    os.unlink(tmp_path / "training_metrics.jsonl")
+    os.mkdir(tmp_path / "training_metrics.jsonl")
+    figs = pm.figures(str(tmp_path))  # matplotlib refused the negative error bar; open() the directory
+    assert "returns" in figs
+    err = capsys.readouterr().err
+    assert "'std_return' is negative" in err and "training_metrics.jsonl: not a file" in err
+
+
 def test_cli_refuses_an_out_that_is_a_file(tmp_path):
     out = tmp_path / "plots"
     out.write_text("")

@@ -46,6 +46,8 @@ def _bad_field(rec, need: tuple, may: tuple) -> str | None:
             return f"no {key!r}"
         if v is not None and not _is_number(v):
             return f"{key!r} is not a number"
+        if key.startswith("std") and v is not None and v < 0:  # an error bar cannot be drawn below 0 wide
+            return f"{key!r} is negative"
     return None
 
 
@@ -53,6 +55,9 @@ def read_jsonl(path: str, need: tuple = (), may: tuple = ()) -> list[dict]:
     """The records of a JSONL file; a line that is not UTF-8 JSON, or not a record the panels
     can draw (see ``_bad_field``), is skipped with a message rather than stopping the plots."""
     if not os.path.exists(path):
+        return []
+    if not os.path.isfile(path):
+        print(f"plot_metrics: skipping {path}: not a file", file=sys.stderr)
         return []
     out = []
     with open(path, "rb") as fh:
