@@ -211,7 +211,7 @@ class Config:
             return {}
         try:
             d = json.loads(self.env_kwargs)
-        except json.JSONDecodeError as e:
+        except (ValueError, RecursionError) as e:  # JSONDecodeError, a 5,000-digit number, 20,000-deep nesting
             raise ConfigError(f"env_kwargs = {self.env_kwargs!r} is not accepted: expected a JSON object ({e})") \
                 from None
         if not isinstance(d, dict):

@@ -185,6 +185,12 @@ def test_a_step_checkpoint_as_weights_path_is_refused_for_training_but_read_by_e
     assert Config(weights_path="w/sac_step_3.zip", eval_mode=True).latest_name == "sac_step_3.zip"
 
 
+@pytest.mark.parametrize("text", ['{"a": ' + "[" * 20000 + "]" * 20000 + "}", '{"radar_arc": 1' + "0" * 5000 + "}"])
+def test_env_kwargs_that_json_cannot_read_are_a_config_error(text):
+    with pytest.raises(ConfigError, match="env_kwargs = .* is not accepted: expected a JSON object"):
+        Config(env_kwargs=text)
+
+
 def test_an_empty_env_var_is_refused_for_a_boolean_as_for_a_number():
     with pytest.raises(ConfigError, match="SACBOT_SAVE_REPLAY = '' is not accepted: expected a boolean"):
         load_config(None, {"SACBOT_SAVE_REPLAY": ""}, {})
