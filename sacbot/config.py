@@ -209,13 +209,14 @@ class Config:
     def env_kwargs_dict(self) -> dict:
         if not self.env_kwargs.strip():
             return {}
+        shown = repr(self.env_kwargs) if len(self.env_kwargs) <= 300 else \
+            f"{self.env_kwargs[:300]!r}... ({len(self.env_kwargs):,} characters)"
         try:
             d = json.loads(self.env_kwargs)
         except (ValueError, RecursionError) as e:  # JSONDecodeError, a 5,000-digit number, 20,000-deep nesting
-            raise ConfigError(f"env_kwargs = {self.env_kwargs!r} is not accepted: expected a JSON object ({e})") \
-                from None
+            raise ConfigError(f"env_kwargs = {shown} is not accepted: expected a JSON object ({e})") from None
         if not isinstance(d, dict):
-            raise ConfigError(f"env_kwargs = {self.env_kwargs!r} is not accepted: expected a JSON object")
+            raise ConfigError(f"env_kwargs = {shown} is not accepted: expected a JSON object")
         return d
 
     def to_dict(self) -> dict[str, Any]:
