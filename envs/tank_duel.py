@@ -231,8 +231,10 @@ class TankDuel(gym.Env):
             opponents = (opponents,)
         if not isinstance(opponents, list | tuple):  # a dict or set would be read by its keys, in no set order
             raise ValueError(f"opponents must be a name or a list of names, got {opponents!r}")
-        unknown = [o for o in opponents if o not in OPPONENTS]
-        if unknown or not opponents:
+        if not opponents:
+            raise ValueError(f"opponents is empty; name at least one of {sorted(OPPONENTS)}")
+        unknown = [o for o in opponents if not isinstance(o, str) or o not in OPPONENTS]
+        if unknown:
             raise ValueError(f"unknown opponent(s) {unknown}; known: {sorted(OPPONENTS)}")
         if isinstance(max_ticks, bool) or not isinstance(max_ticks, numbers.Integral) or max_ticks < 1:
             raise ValueError(f"max_ticks must be an integer >= 1 (ticks before an episode is truncated), "

@@ -229,6 +229,10 @@ def test_schedule_cycle_random_and_info():
         TankDuel(opponents=("nobody",))
     with pytest.raises(ValueError, match="opponents must be a name or a list of names"):
         TankDuel(opponents={"spinner": 1})  # was read by its keys
+    with pytest.raises(ValueError, match=r"unknown opponent\(s\) \[\['spinner'\]\]"):
+        TankDuel(opponents=[["spinner"]])  # was a TypeError: unhashable type
+    with pytest.raises(ValueError, match="opponents is empty; name at least one of"):
+        TankDuel(opponents=[])
 
 
 @pytest.mark.parametrize("bad", [-5, 0, 2.5, float("nan"), "abc", True])
