@@ -163,6 +163,9 @@ class Config:
         for name in ("run_dir", "weights_path"):
             if not getattr(self, name).strip():
                 raise ConfigError(f"{name} = {getattr(self, name)!r} is not accepted: expected a path")
+        if self.tensorboard and not self.tensorboard.strip():  # "" is off; " " made a directory named " "
+            raise ConfigError(f"tensorboard = {self.tensorboard!r} is not accepted: expected a directory path, "
+                              "or empty for off")
         if self.original_layout and os.path.basename(self.weights_path) == ".zip":
             raise ConfigError(f"weights_path = {self.weights_path!r} is not accepted: expected a directory "
                               "or a checkpoint file name ending in .zip")

@@ -391,7 +391,8 @@ def resolve_device(name: str) -> torch.device:
         dev = torch.device(name)
     except RuntimeError:
         dev = None
-    if dev is None or dev.type not in ("cpu", "cuda"):
+    if dev is None or dev.type not in ("cpu", "cuda") or (dev.type == "cpu" and dev.index not in (None, 0)):
+        # torch takes "cpu:5" and runs on the one CPU device: a number there selects nothing
         raise ConfigError(f"device = {name!r} is not accepted: expected cpu, cuda or cuda:N")
     if dev.type == "cuda":
         if not torch.cuda.is_available():

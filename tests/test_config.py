@@ -78,7 +78,7 @@ def test_the_ceilings_themselves_are_accepted():
 
 
 @pytest.mark.parametrize("kw", [dict(hidden=64.5), dict(hidden=True), dict(env=5), dict(quiet=1),
-                                dict(weights_path=""), dict(weights_path="w/.zip")])
+                                dict(weights_path=""), dict(weights_path="w/.zip"), dict(tensorboard=" ")])
 def test_config_built_in_code_is_checked_too(kw):
     with pytest.raises(ConfigError, match=next(iter(kw))):
         Config(**kw)

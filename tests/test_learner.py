@@ -487,3 +487,12 @@ def test_a_critic_without_memory_reads_each_step_alone(critic_memory):
     acted = batch._replace(act=batch.act.copy())
     acted.act[:, 0] = -acted.act[:, 0] + 0.5
     assert (q[:, 1] - seen(acted)[0][:, 1]).abs().max().item() > 1e-4
+
+
+def test_a_cpu_device_number_is_refused_as_selecting_nothing():
+    from sacbot.config import ConfigError
+    from sacbot.sac import resolve_device
+
+    assert str(resolve_device("cpu")) == "cpu" and str(resolve_device("cpu:0")) == "cpu:0"
+    with pytest.raises(ConfigError, match="device = 'cpu:5' is not accepted: expected cpu, cuda or cuda:N"):
+        resolve_device("cpu:5")
