@@ -83,6 +83,18 @@ def input_dim(cfg: Config, obs_dim: int) -> int:
     return obs_dim + int(cfg.reward_input)
 
 
+def learner_spaces(net_obs: int, obs_space: gym.Space, action_space: gym.Space, env_layout: dict | None = None) -> dict:
+    """What a learner saves of the game with its bot (the manifest's ``spaces``): the networks'
+    input size, the spaces, and the env's layout kwargs (sacbot.driver.env_layout), which a later
+    resume or eval is checked against."""
+    spaces = {"obs_dim": net_obs, "act_dim": int(np.prod(action_space.shape)), "obs_shape": list(obs_space.shape),
+              "action_low": np.asarray(action_space.low, np.float32).tolist(),
+              "action_high": np.asarray(action_space.high, np.float32).tolist()}
+    if env_layout:
+        spaces["env_layout"] = dict(env_layout)
+    return spaces
+
+
 class Agent:
     def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, *, log=None, learner=None,
                  env_layout: dict | None = None):
@@ -129,10 +141,7 @@ class Agent:
         if self.eval_mode:
             self.log("sacbot: EVAL MODE: deterministic actions; nothing is sent to a learner or saved")
         net_obs = input_dim(cfg, self.obs_dim)
-        spaces = {"obs_dim": net_obs, "act_dim": self.act_dim, "obs_shape": list(self.obs_shape),
-                  "action_low": self._low.tolist(), "action_high": (self._low + 2 * self._half).tolist()}
-        if env_layout:
-            spaces["env_layout"] = dict(env_layout)
+        spaces = learner_spaces(net_obs, obs_space, action_space, env_layout)
         try:
             start = assemble(cfg, net_obs, self.act_dim, spaces, self.log, learner=learner)
         except AssembleError as e:

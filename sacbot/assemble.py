@@ -114,13 +114,23 @@ def _eval(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log) -> Start:
     return Start(arrays, int(ckpt["manifest"].get("step", 0)), path)
 
 
-def _game(cfg: Config, spaces: dict) -> dict:
+def _game(cfg: Config, spaces: dict | None) -> dict:
     """What ``checkpoint.game_difference`` compares: the env id, the env's layout kwargs (when
-    the caller gave them), and whether --transfer lets a bot of another game go on."""
+    the caller gave them; for a checkpoint saved without them, derived from its env and kwargs),
+    and whether --transfer lets a bot of another game go on."""
     out = {"env": cfg.env, "transfer": cfg.transfer}
-    if spaces.get("env_layout"):
-        out["env_layout"] = spaces["env_layout"]
+    if spaces and spaces.get("env_layout"):
+        from .driver import saved_layout  # gymnasium: only when the env declared a layout
+
+        out.update(env_layout=spaces["env_layout"], layout_of=saved_layout)
     return out
+
+
+def expect_for(cfg: Config, obs_dim: int, act_dim: int, spaces: dict | None = None) -> dict:
+    """What a checkpoint must fit for this run to go on training it (checkpoint.check_shapes): the
+    sizes, the settings that shape the learner, and the game.  Shared by the bot's own learner,
+    ``sacbot cluster``'s up-front check and the Ray learner."""
+    return {**cfg.to_dict(), "obs_dim": obs_dim, "act_dim": act_dim, **_game(cfg, spaces)}
 
 
 def _pretrained(cfg: Config, expect: dict, log):
@@ -153,19 +163,19 @@ def check_settings(cfg: Config, obs_dim: int, act_dim: int) -> None:
         resolve_device(cfg.device)
 
 
-def check_weights_dir(cfg: Config, obs_dim: int, act_dim: int) -> None:
+def check_weights_dir(cfg: Config, obs_dim: int, act_dim: int, spaces: dict | None = None) -> None:
     """For a learner that another process will start (a Ray actor): the directory is free, and its
-    newest readable checkpoint fits these settings.  Changes no file."""
+    newest readable checkpoint fits these settings and this game (``spaces``).  Changes no file."""
     make_dir(cfg.weights_dir, "--weights-path")
     _lock(cfg).close()
-    _check_loadable(cfg, obs_dim, act_dim)
+    _check_loadable(cfg, obs_dim, act_dim, spaces)
 
 
-def _check_loadable(cfg: Config, obs_dim: int, act_dim: int) -> None:
+def _check_loadable(cfg: Config, obs_dim: int, act_dim: int, spaces: dict | None) -> None:
     """The newest readable checkpoint fits these settings, and with --no-fresh-start one loads.
     Reads only the actors and moves nothing aside, so a refusal leaves every file where it was."""
     try:
-        found = ck.load_latest(cfg.weights_dir, {**cfg.to_dict(), "obs_dim": obs_dim, "act_dim": act_dim},
+        found = ck.load_latest(cfg.weights_dir, expect_for(cfg, obs_dim, act_dim, spaces),
                                entries=("actor",), log=lambda m: None, set_aside_bad=False,
                                latest_name=cfg.latest_name)
     except ck.CheckpointMismatch as e:
@@ -206,8 +216,7 @@ def _train_locked(cfg, obs_dim, act_dim, spaces, log, lock: WriterLock) -> Start
     try:
         # With --no-fresh-start nothing is set aside: a refusal must leave every file where it was,
         # or the next plain run would start fresh without the warning.
-        found = ck.load_latest(cfg.weights_dir, {**cfg.to_dict(), "obs_dim": obs_dim, "act_dim": act_dim,
-                                                 **_game(cfg, spaces)},
+        found = ck.load_latest(cfg.weights_dir, expect_for(cfg, obs_dim, act_dim, spaces),
                                log=log, latest_name=cfg.latest_name, set_aside_bad=not cfg.no_fresh_start)
     except ck.CheckpointMismatch as e:
         raise _mismatch(cfg, e) from None

@@ -749,34 +749,47 @@ def check_shapes(ckpt: dict, expect: dict, path: str) -> None:
         raise CheckpointMismatch("; ".join(f"{path} holds a bot with {k} = {saved!r}, this run asks for "
                                            f"{k} = {now!r} ({RESUME_FIELDS[k]} differ)"
                                            for k, saved, now in diffs))
+    cfg = cfg if isinstance(cfg, dict) else {}
+    game = game_difference(cfg, spaces, expect)
     for key in ("obs_dim", "act_dim"):
         if key in expect and spaces.get(key) != expect[key]:
             what = "the networks' input (the env's obs_dim, + 1 with reward_input)" if key == "obs_dim" else "the env"
-            envs = ""
-            if isinstance(cfg, dict) and cfg.get("env") and "env" in expect and cfg.get("env") != expect["env"]:
-                envs = f" (its bot played {cfg['env']}, this run plays {expect['env']})"
+            envs = f" (its bot played {game})" if game else ""  # the game is the cause: name it
             raise CheckpointMismatch(f"{path}: {key} is {spaces.get(key)}, {what} needs {expect[key]}{envs}")
-    if not expect.get("transfer"):
-        game = game_difference(cfg if isinstance(cfg, dict) else {}, spaces, expect)
-        if game:
-            raise CheckpointMismatch(f"{path} holds a bot that played {game}: its observations and actions would be "
-                                     "read as this game's (pass --transfer if that is meant)")
+    if game and not expect.get("transfer"):
+        raise CheckpointMismatch(f"{path} holds a bot that played {game}: its observations and actions would be "
+                                 "read as this game's (pass --transfer if that is meant)")
+
+
+def _same_env(saved: str, now: str) -> bool:
+    """The same id, or a saved id without a version that names ``now``'s env (a run given
+    ``Pendulum`` saved that, before sacbot resolved it to the ``Pendulum-v1`` gymnasium played)."""
+    return saved == now or (re.search(r"-v\d+$", saved) is None and re.fullmatch(re.escape(saved) + r"-v\d+", now)
+                            is not None)
 
 
 def game_difference(saved_cfg: dict, spaces: dict, expect: dict) -> str | None:
     """How the game a checkpoint's bot played differs from the one ``expect`` describes, or None:
-    another env id, or env kwargs that the env declares change what its values mean
-    (``env_layout``, saved in the manifest's spaces).  A side that lacks either (a checkpoint
-    older than the field, a caller that does not say) is not compared."""
+    another env id, or a value of the kwargs the env declares change what its values mean
+    (``env_layout``, saved in the manifest's spaces; for a checkpoint from before that field,
+    ``expect["layout_of"](saved config)`` derives it).  Only what both sides state is compared:
+    a layout key added to an env later does not refuse the bots saved before it."""
     saved, now = saved_cfg.get("env"), expect.get("env")
-    if isinstance(saved, str) and isinstance(now, str) and saved != now:
+    if isinstance(saved, str) and isinstance(now, str) and not _same_env(saved, now):
         return f"{saved}, this run plays {now}"
-    saved_l, now_l = spaces.get("env_layout"), expect.get("env_layout")
-    if isinstance(saved_l, dict) and isinstance(now_l, dict) and saved_l != now_l:
-        keys = sorted(k for k in {*saved_l, *now_l} if saved_l.get(k) != now_l.get(k))
-        return (f"{now} with " + ", ".join(f"{k}={saved_l.get(k)!r}" for k in keys)
-                + ", this run has " + ", ".join(f"{k}={now_l.get(k)!r}" for k in keys))
-    return None
+    now_l = expect.get("env_layout")
+    if not isinstance(now_l, dict):
+        return None
+    saved_l = spaces.get("env_layout")
+    if saved_l is None and callable(expect.get("layout_of")):
+        saved_l = expect["layout_of"](saved_cfg)
+    if not isinstance(saved_l, dict):
+        return None
+    keys = sorted(k for k in saved_l.keys() & now_l.keys() if saved_l[k] != now_l[k])
+    if not keys:
+        return None
+    return (f"{now} with " + ", ".join(f"{k}={saved_l[k]!r}" for k in keys)
+            + ", this run has " + ", ".join(f"{k}={now_l[k]!r}" for k in keys))
 
 
 def set_aside(path: str) -> str:

@@ -82,6 +82,8 @@ def cmd_run(args, eval_mode: bool) -> int:
     if eval_mode and getattr(args, "eval_mode", None) is False:
         raise ConfigError("--no-eval is not accepted by sacbot eval, which always runs in eval mode; "
                           "use sacbot run to train")
+    if eval_mode:  # before the Config is built: its checks differ in eval (a best.zip may be read, not trained)
+        args.eval_mode = True
     cfg = from_args(args)
     if eval_mode or cfg.eval_mode:
         cfg = dataclasses.replace(cfg, eval_mode=True)

@@ -75,22 +75,20 @@ def run_cluster(cfg: Config, a: ClusterArgs, stop: threading.Event) -> int:
     from .envcheck import check_env
 
     check_env(cfg)
-    from .driver import make_env, with_env_critic_obs
+    from .driver import env_layout, make_env, with_env_critic_obs
 
     env = make_env(cfg.env, kwargs=cfg.env_kwargs_dict())
     cfg = with_env_critic_obs(cfg, env)
-    from .agent import input_dim, space_dims
+    from .agent import input_dim, learner_spaces, space_dims
 
     obs_dim, act_dim = space_dims(env.observation_space, env.action_space)
     obs_dim = input_dim(cfg, obs_dim)  # what the learner sees
+    spaces = learner_spaces(obs_dim, env.observation_space, env.action_space, env_layout(env))
     if not cfg.eval_mode:  # what the learner actor would refuse, said here (exit 2 or 1), not as a Ray trace
         from .assemble import check_settings, check_weights_dir
 
         check_settings(cfg, obs_dim, act_dim)
-        check_weights_dir(cfg, obs_dim, act_dim)
-    low, high = env.action_space.low, env.action_space.high
-    spaces = {"obs_dim": obs_dim, "act_dim": act_dim, "obs_shape": list(env.observation_space.shape),
-              "action_low": low.astype(float).tolist(), "action_high": high.astype(float).tolist()}
+        check_weights_dir(cfg, obs_dim, act_dim, spaces)
     env.close()
     os.makedirs(a.root, exist_ok=True)
     init = dict(namespace=NAMESPACE, logging_level=logging.ERROR, log_to_driver=False, include_dashboard=False)

@@ -176,15 +176,14 @@ class Config:
                               "checkpoint, which the next save would overwrite; pass its directory to go on from the "
                               "newest checkpoint there, or copy the file into a new directory as "
                               "sac_latest.zip to go on from that step")
-        kept = os.path.basename(self.weights_path) == "best.zip" \
-            or os.path.basename(os.path.dirname(os.path.normpath(self.weights_path))) == "pretrained"
-        if self.original_layout and not self.eval_mode and kept:
+        if not self.eval_mode and self._kept_apart():
             # Files sacbot keeps for another purpose: the runner's best bot (it copies the best eval
-            # there) and the bots eval falls back to.  Training would overwrite them with every save.
+            # there) and the bots eval falls back to.  Training would overwrite them with every save,
+            # or put its own bot among the pretrained ones.
             raise ConfigError(f"weights_path = {self.weights_path!r} is not accepted for training: it names a bot "
-                              "sacbot keeps apart (the runner's best.zip, or one in a pretrained/ directory), which "
-                              "every save would overwrite; copy it into a new directory as sac_latest.zip and "
-                              "pass that directory to train on from it")
+                              "sacbot keeps apart (the runner's best.zip, or a pretrained/ directory or a bot in "
+                              "one), which every save would overwrite or join; copy the bot into a new directory "
+                              "as sac_latest.zip and pass that directory to train on from it")
         if self.original_layout and os.path.isdir(self.weights_path):
             # Read as a checkpoint file, a directory would be moved aside as unusable and a fresh bot
             # started beside it.
@@ -208,6 +207,13 @@ class Config:
             raise ConfigError(f"batch_size = {self.batch_size}{' x seq_len (memoryless)' if self.memoryless else ''} "
                               f"needs {rows} stored transitions to start its windows at, more than buffer_size = "
                               f"{self.buffer_size}: no gradient step would ever run; raise --buffer-size")
+
+    def _kept_apart(self) -> bool:
+        path = os.path.normpath(self.weights_path)
+        if not self.original_layout:  # a directory: the pretrained bots' own
+            return os.path.basename(path).lower() == "pretrained"
+        return os.path.basename(path).lower() == "best.zip" \
+            or os.path.basename(os.path.dirname(path)).lower() == "pretrained"
 
     def env_kwargs_dict(self) -> dict:
         if not self.env_kwargs.strip():
@@ -326,7 +332,8 @@ def _check(f: dataclasses.Field, value: Any) -> None:
 
 _TRUE = {"1", "true", "yes", "on"}
 # Not "": SACBOT_SAVE_REPLAY= (set, empty) read as off and dropped the replay from every save,
-# while an empty number was an error.  Empty is refused for every type.
+# while an empty number was an error.  Empty is refused for numbers and yes/no settings alike (the
+# original's SACLSTM_* aliases excepted: see _env_layer).
 _FALSE = {"0", "false", "no", "off"}
 
 
@@ -443,7 +450,9 @@ def _env_layer(env: Mapping[str, str], by_name: Mapping[str, dataclasses.Field])
                           + ", ".join(env_name(n) for n in by_name))
     layer: Layer = {}
     for alias, name in ALIASES.items():
-        if alias not in env:
+        if alias not in env or not env[alias].strip():
+            # The original's launch scripts may set an alias empty (SACLSTM_EVAL_MODE=) to mean off,
+            # which it read so: as unset, the default, here too.
             continue
         if env_name(name) in env:
             log.warning("both %s=%r and %s=%r are set; using %s (SACBOT_* names win)", alias, env[alias],

@@ -16,6 +16,7 @@ Usage::
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 from functools import partial
@@ -70,9 +71,26 @@ def with_env_critic_obs(cfg: Config, env: gym.Env) -> Config:
 def env_layout(env: gym.Env) -> dict | None:
     """The values of the kwargs the env declares change what its observations or actions mean
     (its ``layout_kwargs``, e.g. TankDuel's gun_control), or None if it declares none.  Saved with
-    the bot, so that a resume or eval under other values is refused (Config.transfer)."""
+    the bot, so that a resume or eval under other values is refused (Config.transfer).  As JSON
+    gives them back (a tuple as a list, an odd object as its repr), so a saved layout compares
+    equal to the same one made again."""
     keys = getattr(env.unwrapped, "layout_kwargs", ())
-    return {k: getattr(env.unwrapped, k) for k in keys} or None
+    layout = {k: getattr(env.unwrapped, k) for k in keys}
+    return json.loads(json.dumps(layout, default=repr)) if layout else None
+
+
+def saved_layout(saved_cfg: dict) -> dict | None:
+    """The layout a checkpoint from before ``env_layout`` was saved (or a pretrained bot) was
+    trained under: its env made again with its saved id and kwargs.  None if it cannot be."""
+    try:
+        kwargs = json.loads(saved_cfg.get("env_kwargs") or "{}")
+        env = make_env(saved_cfg["env"], kwargs=kwargs if isinstance(kwargs, dict) else {})
+    except Exception:  # noqa: BLE001 - an env that no longer makes is not compared, as before the field
+        return None
+    try:
+        return env_layout(env)
+    finally:
+        env.close()
 
 
 def flatten_if_nested(env: gym.Env) -> gym.Env:

@@ -129,7 +129,9 @@ class LearnerServer:
         os.makedirs(spec.weights_dir, exist_ok=True)
         self.lock = WriterLock(spec.weights_dir).acquire_within(30.0)  # a killed learner's may linger
         ck.remove_stale_temps(spec.weights_dir)
-        found = ck.load_latest(spec.weights_dir, {**spec.config, "obs_dim": spec.obs_dim, "act_dim": spec.act_dim},
+        from .assemble import expect_for
+
+        found = ck.load_latest(spec.weights_dir, expect_for(cfg, spec.obs_dim, spec.act_dim, spec.spaces),
                                log=lambda m: log.info(m.removeprefix("sacbot: ")), latest_name=spec.latest_name)
         self.loaded_from = found[1] if found else None
         self.inbox = Channel(queue_size)

@@ -351,6 +351,28 @@ def test_a_bot_of_another_game_with_the_same_sizes_is_refused_unless_transfer_is
     assert load({**base, "env": "Pendulum-v1", "env_layout": dict(layout)}) is not None
     assert load({**base, "env": "Pendulum-v1"}) is not None  # a caller that gives no layout (the Agent API)
     assert load(base) is not None  # nor an env
+    # A layout key both sides do not state is not compared (one added to an env later).
+    assert load({**base, "env": "Pendulum-v1", "env_layout": {**layout, "new_key": 1}}) is not None
+
+
+def test_game_difference_reads_old_checkpoints_as_the_game_they_were_trained_in():
+    """Checkpoints from before session 20: an id saved without its version (sacbot now resolves it
+    before saving) is the same game, and a missing env_layout is derived from the saved env and
+    kwargs (``layout_of``), as the shipped bot needs."""
+    now = {"env": "Pendulum-v1"}
+    assert ck.game_difference({"env": "Pendulum"}, {}, now) is None
+    assert ck.game_difference({"env": "sacbot/TankDuelRadar"}, {}, {"env": "sacbot/TankDuelRadar-v1"}) is None
+    assert "Pendulum-v0, this run plays Pendulum-v1" in ck.game_difference({"env": "Pendulum-v0"}, {}, now)
+    assert ck.game_difference({"env": "Pend"}, {}, now) is not None  # a prefix is not the same env
+    seen = []
+    aim = {"gun_control": "aim"}
+    expect = {"env": "sacbot/TankDuel-v0", "env_layout": {"gun_control": "turn"},
+              "layout_of": lambda saved: seen.append(saved) or aim}
+    old = {"env": "sacbot/TankDuel-v0", "env_kwargs": ""}
+    assert "gun_control='aim', this run has gun_control='turn'" in ck.game_difference(old, {}, expect)
+    assert seen == [old]
+    assert ck.game_difference(old, {"env_layout": {"gun_control": "turn"}}, expect) is None  # saved wins
+    assert len(seen) == 1
 
 
 def test_a_mismatch_found_after_a_damaged_file_says_that_file_was_moved(good_dir):

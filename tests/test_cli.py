@@ -402,3 +402,35 @@ def test_a_critic_without_memory_or_values_of_its_own_is_warned_about(caplog):
         with_env_critic_obs(Config(env="sacbot/TankDuelRadar-v1", critic_memory=False), v1)
         with_env_critic_obs(Config(env="sacbot/TankDuelRadar-v1", critic_memory=False, memoryless=True), bare)
     assert caplog.text == ""
+
+
+@pytest.mark.timeout(120)
+def test_a_bot_is_not_resumed_or_evaluated_in_another_game_unless_transfer_is_given(tmp_path):
+    """The end to end of checkpoint.game_difference: a TankDuel bot that learnt to aim (gun_control
+    "aim") must not be trained on, or played, with the raw gun turn; --transfer lets eval play it,
+    here from a best.zip (which eval reads and training refuses)."""
+    import hashlib
+    import shutil
+
+    small = ["--hidden", "16", "--learning-starts", "10", "--batch-size", "2", "--save-interval", "10",
+             "--pace", "lockstep"]
+    p = subprocess.run(SACBOT + run_args(tmp_path, "--steps", "30", *small), capture_output=True, text=True,
+                       timeout=90)
+    assert p.returncode == 0, p.stderr
+    w = tmp_path / "w"
+    files = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in w.iterdir() if f.suffix == ".zip"}
+    turn = '{"gun_control": "turn", "max_ticks": 20}'
+    p = subprocess.run(SACBOT + run_args(tmp_path, "--steps", "30", "--env-kwargs", turn, *small),
+                       capture_output=True, text=True, timeout=90)
+    assert p.returncode == 2 and "played sacbot/TankDuel-v0 with gun_control='aim', this run has " \
+        "gun_control='turn'" in p.stderr and "--transfer" in p.stderr, p.stderr
+    assert {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in w.iterdir() if f.suffix == ".zip"} == files
+    (tmp_path / "b").mkdir()
+    shutil.copy(w / "sac_latest.zip", tmp_path / "b" / "best.zip")
+    ev = ["eval", "--run-dir", str(tmp_path / "ev"), "--weights-path", str(tmp_path / "b" / "best.zip"),
+          "--episodes", "1", "--env-kwargs", turn, "--hidden", "16"]
+    p = subprocess.run(SACBOT + ev, capture_output=True, text=True, timeout=90)
+    assert p.returncode == 2 and "gun_control='turn'" in p.stderr, p.stderr
+    p = subprocess.run(SACBOT + ev + ["--transfer", "--json"], capture_output=True, text=True, timeout=90)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout.strip().splitlines()[-1])["episodes"] == 1

@@ -52,16 +52,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import sacbot.envs  # noqa: E402,F401 - registers TankDuel
 from sacbot import checkpoint as ck  # noqa: E402
 from sacbot import policy  # noqa: E402
-from sacbot.envs.tank_duel import OPPONENTS, TankDuel  # noqa: E402
+from sacbot.driver import env_layout, saved_layout  # noqa: E402
+from sacbot.envs.tank_duel import OPPONENTS  # noqa: E402
 
 SEED0 = 10_000  # eval episodes use seeds SEED0 + k, apart from training's 0, 1, 2, ...
 # play() reads the duel's info (opponent, won): no other env can be evaluated here.
 TANKDUEL_ENVS = ("sacbot/TankDuel-v0", "sacbot/TankDuelRadar-v0", "sacbot/TankDuelRadar-v1")
 # Kwargs that change what the actor reads (the observation's layout) or what its gun action
 # means: an actor played under others than it trained with is another function, or fails.
-LAYOUT_KWARGS = TankDuel.layout_kwargs
-
-
 def play(env: gym.Env, act, episodes: int) -> dict:
     wins, rets, opps = [], [], []
     for k in range(episodes):
@@ -109,14 +107,14 @@ def eval_env(cfg: dict, overrides: dict) -> gym.Env:
     return env
 
 
-def layout_change(cfg: dict, overrides: dict) -> str | None:
-    """Which of ``overrides`` changes the observation layout or gun control the checkpoint
-    (its ``cfg``) trained with, as a message; None if none does."""
-    trained = {**gym.spec(cfg["env"]).kwargs, **json.loads(cfg.get("env_kwargs") or "{}")}
-    for key in LAYOUT_KWARGS:
-        if key in overrides and overrides[key] != trained.get(key):
-            return (f"{key}={overrides[key]!r} changes what the actor trained with "
-                    f"({key}={trained.get(key)!r} in {cfg['env']})")
+def layout_change(cfg: dict, env: gym.Env) -> str | None:
+    """What of ``env`` (a checkpoint's env with the eval's kwargs laid over) changes what the actor
+    trained with (its ``cfg``), as sacbot eval would refuse it (the env's layout kwargs), as a
+    message; None if nothing does."""
+    trained, now = saved_layout(cfg) or {}, env_layout(env) or {}
+    for key in sorted(trained.keys() & now.keys()):
+        if trained[key] != now[key]:
+            return f"{key}={now[key]!r} changes what the actor trained with ({key}={trained[key]!r} in {cfg['env']})"
     return None
 
 
@@ -289,14 +287,17 @@ def main() -> int:
                 p.error(f"--runs {name}: {path} trained on {cfg.get('env')}; only the TankDuel envs "
                         f"({', '.join(TANKDUEL_ENVS)}) can be evaluated")
         checks.append((cfg, name))
-    for cfg, what in checks if a.eval_env_kwargs else ():
-        why = layout_change(cfg, a.eval_env_kwargs) if what != "--random" else None  # random reads nothing
+    # Every run's env, also without --eval-env-kwargs: an old run's saved kwargs may no longer make it.
+    for cfg, what in checks:
+        try:
+            env = eval_env(cfg, a.eval_env_kwargs)
+        except (TypeError, ValueError, gym.error.Error) as e:
+            given = f" with --eval-env-kwargs {json.dumps(a.eval_env_kwargs)}" if a.eval_env_kwargs else ""
+            p.error(f"{what}'s env{given} does not make: {e}")
+        why = layout_change(cfg, env) if what != "--random" and a.eval_env_kwargs else None  # random reads nothing
+        env.close()
         if why:
             p.error(f"--eval-env-kwargs: {why}, for {what}")
-        try:
-            eval_env(cfg, a.eval_env_kwargs).close()
-        except (TypeError, ValueError) as e:
-            p.error(f"--eval-env-kwargs {json.dumps(a.eval_env_kwargs)} does not make {what}'s env: {e}")
     try:
         trained = train(a) if a.train else []
     except KeyboardInterrupt:  # the runs got the same SIGINT: each saved its checkpoint and stopped

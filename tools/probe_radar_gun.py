@@ -172,13 +172,14 @@ def main() -> int:
         if cfg.get("env") not in ("sacbot/TankDuelRadar-v0", "sacbot/TankDuelRadar-v1"):
             p.error(f"--runs {name}: {path} trained on {cfg.get('env')}, not a radar duel (the probe "
                     "reads the radar observation's 'seen' field, index 11)")
-        why = layout_change(cfg, a.env_kwargs)
-        if why:
-            p.error(f"--env-kwargs: {why}, for {name}")
         try:
-            eval_env(cfg, {**a.env_kwargs, "radar_arc": a.arc}).close()
+            env = eval_env(cfg, {**a.env_kwargs, "radar_arc": a.arc})
         except (TypeError, ValueError) as e:
             p.error(f"--env-kwargs {json.dumps(a.env_kwargs)} does not make {name}'s env: {e}")
+        why = layout_change(cfg, env)
+        env.close()
+        if why:
+            p.error(f"--env-kwargs: {why}, for {name}")
     out = {"probe": "radar_gun", "arc": a.arc, "runs": {}}
     for name, _, path in runs:
         r = probe(path, a.arc, a.episodes, a.env_kwargs)
