@@ -286,7 +286,8 @@ def test_the_radar_gun_probe_refuses_checkpoints_and_kwargs_it_cannot_play(pendu
     ckpt = radar_w / "sac_latest.zip"
     for kwargs, says in (('{"bogus": 1}', "does not make a's env"),
                          ('{"observation": "full"}', "observation='full' changes what the actor trained with"),
-                         ('{"gun_control": "aim"}', "gun_control='aim' changes what the actor trained with")):
+                         ('{"critic_info": true}', "critic_info=True changes what the actor trained with"),
+                         ('{"gun_control": "aim"}', "observation='radar' needs gun_control='turn'")):
         p = run_tool("probe_radar_gun", "--runs", f"a={ckpt}", "--env-kwargs", kwargs)
         assert p.returncode == 2 and says in p.stderr, p.stderr
 

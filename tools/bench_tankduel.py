@@ -292,8 +292,9 @@ def main() -> int:
         try:
             env = eval_env(cfg, a.eval_env_kwargs)
         except (TypeError, ValueError, gym.error.Error) as e:
-            given = f" with --eval-env-kwargs {json.dumps(a.eval_env_kwargs)}" if a.eval_env_kwargs else ""
-            p.error(f"{what}'s env{given} does not make: {e}")
+            if a.eval_env_kwargs:
+                p.error(f"--eval-env-kwargs {json.dumps(a.eval_env_kwargs)} does not make {what}'s env: {e}")
+            p.error(f"{what}'s env no longer makes from its saved id and kwargs: {e}")
         why = layout_change(cfg, env) if what != "--random" and a.eval_env_kwargs else None  # random reads nothing
         env.close()
         if why:
