@@ -226,6 +226,9 @@ class Config:
             raise ConfigError(f"env_kwargs = {shown} is not accepted: expected a JSON object ({e})") from None
         if not isinstance(d, dict):
             raise ConfigError(f"env_kwargs = {shown} is not accepted: expected a JSON object")
+        if "render_mode" in d:  # "human" failed inside gymnasium with advice to install pygame
+            raise ConfigError(f"env_kwargs = {shown} is not accepted: sacbot plays without rendering, so it sets "
+                              "no render_mode; drop it (tools/render_episode.py draws an episode)")
         return d
 
     def to_dict(self) -> dict[str, Any]:

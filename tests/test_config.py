@@ -189,6 +189,8 @@ def test_a_step_checkpoint_as_weights_path_is_refused_for_training_but_read_by_e
 def test_env_kwargs_that_json_cannot_read_are_a_config_error(text):
     with pytest.raises(ConfigError, match="env_kwargs = .* is not accepted: expected a JSON object"):
         Config(env_kwargs=text)
+    with pytest.raises(ConfigError, match="sacbot plays without rendering"):
+        Config(env_kwargs='{"render_mode": "human"}')
 
 
 def test_an_empty_env_var_is_refused_for_a_boolean_as_for_a_number():
