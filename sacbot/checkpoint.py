@@ -768,12 +768,19 @@ def _same_env(saved: str, now: str) -> bool:
                             is not None)
 
 
+def layout_differences(saved: dict | None, now: dict | None) -> list[str]:
+    """The layout keys (sacbot.driver.env_layout) whose values differ, sorted; only keys both
+    sides state count, so a key an env declares later does not refuse the bots saved before it."""
+    if not isinstance(saved, dict) or not isinstance(now, dict):
+        return []
+    return sorted(k for k in saved.keys() & now.keys() if saved[k] != now[k])
+
+
 def game_difference(saved_cfg: dict, spaces: dict, expect: dict) -> str | None:
     """How the game a checkpoint's bot played differs from the one ``expect`` describes, or None:
     another env id, or a value of the kwargs the env declares change what its values mean
     (``env_layout``, saved in the manifest's spaces; for a checkpoint from before that field,
-    ``expect["layout_of"](saved config)`` derives it).  Only what both sides state is compared:
-    a layout key added to an env later does not refuse the bots saved before it."""
+    ``expect["layout_of"](saved config)`` derives it; ``layout_differences`` compares them)."""
     saved, now = saved_cfg.get("env"), expect.get("env")
     if isinstance(saved, str) and isinstance(now, str) and not _same_env(saved, now):
         return f"{saved}, this run plays {now}"
@@ -783,9 +790,7 @@ def game_difference(saved_cfg: dict, spaces: dict, expect: dict) -> str | None:
     saved_l = spaces.get("env_layout")
     if saved_l is None and callable(expect.get("layout_of")):
         saved_l = expect["layout_of"](saved_cfg)
-    if not isinstance(saved_l, dict):
-        return None
-    keys = sorted(k for k in saved_l.keys() & now_l.keys() if saved_l[k] != now_l[k])
+    keys = layout_differences(saved_l, now_l)
     if not keys:
         return None
     return (f"{now} with " + ", ".join(f"{k}={saved_l[k]!r}" for k in keys)

@@ -85,8 +85,7 @@ def cmd_run(args, eval_mode: bool) -> int:
     if eval_mode:  # before the Config is built: its checks differ in eval (a best.zip may be read, not trained)
         args.eval_mode = True
     cfg = from_args(args)
-    if eval_mode or cfg.eval_mode:
-        cfg = dataclasses.replace(cfg, eval_mode=True)
+    if cfg.eval_mode:
         if getattr(args, "json", False):
             cfg = dataclasses.replace(cfg, quiet=True)
         if not cfg.episodes and not cfg.steps and not cfg.episodes_per_opponent:
@@ -189,10 +188,9 @@ def cmd_inspect(args) -> int:
     print("  config: " + ", ".join(f"{k}={cfg[k]}" for k in keys if k in cfg))
     # The game: a resume or eval under other env kwargs that change what its values mean is refused.
     layout = m.get("spaces", {}).get("env_layout")
+    layout = f"; its layout: {', '.join(f'{k}={v!r}' for k, v in layout.items())}" if isinstance(layout, dict) else ""
     if cfg.get("env_kwargs") or layout:
-        print(f"  env_kwargs: {cfg.get('env_kwargs') or '(none)'}"
-              + (f"; its layout: {', '.join(f'{k}={v!r}' for k, v in layout.items())}" if isinstance(layout, dict)
-                 else ""))
+        print(f"  env_kwargs: {cfg.get('env_kwargs') or '(none)'}{layout}")
     return 0
 
 

@@ -58,8 +58,8 @@ from sacbot.envs.tank_duel import OPPONENTS  # noqa: E402
 SEED0 = 10_000  # eval episodes use seeds SEED0 + k, apart from training's 0, 1, 2, ...
 # play() reads the duel's info (opponent, won): no other env can be evaluated here.
 TANKDUEL_ENVS = ("sacbot/TankDuel-v0", "sacbot/TankDuelRadar-v0", "sacbot/TankDuelRadar-v1")
-# Kwargs that change what the actor reads (the observation's layout) or what its gun action
-# means: an actor played under others than it trained with is another function, or fails.
+
+
 def play(env: gym.Env, act, episodes: int) -> dict:
     wins, rets, opps = [], [], []
     for k in range(episodes):
@@ -111,11 +111,12 @@ def layout_change(cfg: dict, env: gym.Env) -> str | None:
     """What of ``env`` (a checkpoint's env with the eval's kwargs laid over) changes what the actor
     trained with (its ``cfg``), as sacbot eval would refuse it (the env's layout kwargs), as a
     message; None if nothing does."""
-    trained, now = saved_layout(cfg) or {}, env_layout(env) or {}
-    for key in sorted(trained.keys() & now.keys()):
-        if trained[key] != now[key]:
-            return f"{key}={now[key]!r} changes what the actor trained with ({key}={trained[key]!r} in {cfg['env']})"
-    return None
+    trained, now = saved_layout(cfg), env_layout(env)
+    keys = ck.layout_differences(trained, now)
+    if not keys:
+        return None
+    k = keys[0]
+    return f"{k}={now[k]!r} changes what the actor trained with ({k}={trained[k]!r} in {cfg['env']})"
 
 
 def random_fn(seed: int):
@@ -207,6 +208,13 @@ def evaluate_run(name: str, wdir: str, a) -> list[dict]:
     return curve
 
 
+def repeated_names(specs: list[str]) -> list[str]:
+    """The NAMEs given more than once among NAME=PATH specs: the summaries are keyed by name, so
+    one run's results would hide another's."""
+    names = [spec.partition("=")[0] for spec in specs]
+    return sorted(n for n in set(names) if names.count(n) > 1)
+
+
 def json_object(text: str) -> dict:
     """argparse type: a JSON object, or a clear error."""
     try:
@@ -267,9 +275,8 @@ def main() -> int:
 
     checks = [({"env": a.env}, "--train")] if a.train else []
     checks += [({"env": random_env}, "--random")] if a.random else []
-    names = [spec.partition("=")[0] for spec in a.runs]
-    if len(set(names)) < len(names):  # the summary is keyed by name: one curve would hide another
-        p.error(f"--runs: each NAME once, got {sorted(n for n in set(names) if names.count(n) > 1)} more than once")
+    if repeated_names(a.runs):
+        p.error(f"--runs: each NAME once, got {repeated_names(a.runs)} more than once")
     if not (a.runs or a.random or a.train):
         p.error("nothing to measure: give --runs NAME=WEIGHTS_DIR, --random OPPONENT or --train")
     for spec in a.runs:

@@ -35,7 +35,7 @@ from sacbot import checkpoint as ck  # noqa: E402
 from sacbot import policy  # noqa: E402
 from sacbot.envs.tank_duel import _bearing, _wrap  # noqa: E402
 from tools.bench_learning import checkpoint_config  # noqa: E402
-from tools.bench_tankduel import SEED0, eval_env, json_object, layout_change  # noqa: E402
+from tools.bench_tankduel import SEED0, eval_env, json_object, layout_change, repeated_names  # noqa: E402
 
 
 def gun_error_deg(env) -> float:
@@ -155,9 +155,8 @@ def main() -> int:
     if "radar_arc" in a.env_kwargs:
         p.error("give the arc with --arc, not in --env-kwargs")
     runs = [spec.partition("=") for spec in a.runs]
-    names = [name for name, _, _ in runs]
-    if len(set(names)) < len(names):  # the summary is keyed by name: one run would hide another
-        p.error(f"--runs: each NAME once, got {sorted(n for n in set(names) if names.count(n) > 1)} more than once")
+    if repeated_names(a.runs):
+        p.error(f"--runs: each NAME once, got {repeated_names(a.runs)} more than once")
     for spec, (name, sep, path) in zip(a.runs, runs):
         if not sep or not name.strip() or not os.path.isfile(path):
             p.error(f"--runs wants NAME=CHECKPOINT with a name and an existing file, got {spec!r}")
