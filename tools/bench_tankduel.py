@@ -57,7 +57,7 @@ from sacbot.envs.tank_duel import OPPONENTS  # noqa: E402
 
 SEED0 = 10_000  # eval episodes use seeds SEED0 + k, apart from training's 0, 1, 2, ...
 # play() reads the duel's info (opponent, won): no other env can be evaluated here.
-TANKDUEL_ENVS = ("sacbot/TankDuel-v0", "sacbot/TankDuelRadar-v0", "sacbot/TankDuelRadar-v1")
+TANKDUEL_ENVS = ("sacbot/TankDuel-v0", "sacbot/TankDuelRadar-v0", "sacbot/TankDuelRadar-v1", "sacbot/TankDuelMemory-v0")
 
 
 def play(env: gym.Env, act, episodes: int) -> dict:

@@ -168,7 +168,7 @@ def main() -> int:
         except ck.CheckpointError as e:
             print(f"probe_radar_gun: {e}", file=sys.stderr)
             return 1
-        if cfg.get("env") not in ("sacbot/TankDuelRadar-v0", "sacbot/TankDuelRadar-v1"):
+        if cfg.get("env") not in ("sacbot/TankDuelRadar-v0", "sacbot/TankDuelRadar-v1", "sacbot/TankDuelMemory-v0"):
             p.error(f"--runs {name}: {path} trained on {cfg.get('env')}, not a radar duel (the probe "
                     "reads the radar observation's 'seen' field, index 11)")
         try:
