@@ -15,8 +15,8 @@ from helpers import load_tool
 import sacbot.envs  # noqa: F401 - registers
 from sacbot.envs.tank_duel import RADIUS, TankDuel, bullet_damage
 
-IDS = ["sacbot/TankDuel-v0", "sacbot/TankDuelRadar-v0", "sacbot/TankDuelRadar-v1", "sacbot/CueMemory-v0",
-       "sacbot/Pendulum-P-v0", "sacbot/Pendulum-V-v0"]
+IDS = ["sacbot/TankDuel-v0", "sacbot/TankDuelRadar-v0", "sacbot/TankDuelRadar-v1", "sacbot/TankDuelMemory-v0",
+       "sacbot/CueMemory-v0", "sacbot/Pendulum-P-v0", "sacbot/Pendulum-V-v0"]
 
 
 def test_ids_lists_every_env_sacbot_registers():
@@ -610,6 +610,19 @@ def test_radar_v1_gives_its_actor_the_v0_observation_and_its_critic_the_enemy_ev
 
 def test_v1_carries_nothing_from_earlier_ticks_in_what_the_actor_reads():
     pairs = _unseen_ticks_after_a_sighting("radar", critic_info=True)
+    assert len(pairs) >= 30
+    for oa, ob in pairs:
+        assert np.array_equal(oa[:32], ob[:32]) and not np.array_equal(oa[32:], ob[32:])
+
+
+def test_the_memory_duel_is_v1_at_a_40_degree_radar_and_its_actor_sees_only_this_tick():
+    """sacbot/TankDuelMemory-v0, the duel issue 15's gap goal is measured on: v1's registered
+    kwargs with v0's arc, and, played from its own registered kwargs, the same actions with the
+    enemy out of the arc give the actor the same values wherever the enemy was last seen."""
+    memory, v1 = gym.spec("sacbot/TankDuelMemory-v0").kwargs, gym.spec("sacbot/TankDuelRadar-v1").kwargs
+    assert memory == {**v1, "radar_arc": 40.0}
+    kw = {k: v for k, v in memory.items() if k not in ("opponents", "observation")}
+    pairs = _unseen_ticks_after_a_sighting(memory["observation"], **kw)
     assert len(pairs) >= 30
     for oa, ob in pairs:
         assert np.array_equal(oa[:32], ob[:32]) and not np.array_equal(oa[32:], ob[32:])

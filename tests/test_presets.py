@@ -28,8 +28,11 @@ def test_every_preset_names_a_registered_env_and_loads(env_id):
 
 def test_the_tank_duels_keep_their_low_temperature_and_dense_rewards_get_the_default():
     # TankDuel's ~1.6 per hit is small next to an entropy bonus at alpha 1 (docs/learner.md).
-    for env_id in ("sacbot/TankDuel-v0", "sacbot/TankDuelRadar-v0", "sacbot/TankDuelRadar-v1"):
+    for env_id in ("sacbot/TankDuel-v0", "sacbot/TankDuelRadar-v0", "sacbot/TankDuelRadar-v1",
+                   "sacbot/TankDuelMemory-v0"):
         assert preset_for(env_id)[1]["init_alpha"] == 0.02
+    # The 40-degree duel keeps v1's settings, which its pilot used (docs/learner.md, session 20).
+    assert PRESETS["sacbot/TankDuelMemory-v0"] == PRESETS["sacbot/TankDuelRadar-v1"]
     assert Config.init_alpha == 1.0
     for env_id in ("Pendulum-v1", "MountainCarContinuous-v0", "sacbot/CueMemory-v0"):
         assert preset_for(env_id) is None
