@@ -421,6 +421,7 @@ def _toml_layer(path: str | None, by_name: Mapping[str, dataclasses.Field]) -> L
     if not path:
         return {}
     doc = _read_toml(path)
+    prefix = ""
     if "sacbot" in doc:
         table = doc["sacbot"]
         if not isinstance(table, dict):
@@ -430,8 +431,12 @@ def _toml_layer(path: str | None, by_name: Mapping[str, dataclasses.Field]) -> L
         if others:
             raise ConfigError(f"{path}: top-level keys {', '.join(others)} beside the [sacbot] table would be "
                               "ignored: move them into [sacbot], or drop the table and keep all keys top-level")
-        doc = table
+        doc, prefix = table, "sacbot."
     for key, raw in doc.items():
+        if isinstance(raw, dict):  # e.g. [sacbot.learner]: the --help groups read like sections
+            raise ConfigError(f"{path}: [{prefix}{key}] is a table, but sacbot's settings are flat keys, all "
+                              f"top-level or all in one [sacbot] table (the groups in --help are not "
+                              f"sections); move {', '.join(map(repr, raw)) or 'its keys'} up a level")
         if key not in by_name:
             raise ConfigError(f"{path}: unknown key {key!r}; known keys: " + ", ".join(sorted(by_name)))
         # TOML values carry their type: a quoted number or a "yes" is a mistake here, though the same
@@ -534,7 +539,25 @@ def load_config(toml_path: str | None = None, env: Mapping[str, str] | None = No
         if name not in by_name:
             raise ConfigError(f"{source}: unknown setting; known: " + ", ".join(sorted(by_name)))
         preset[name] = coerce(by_name[name], raw, source)
-    return Config(**{**preset, **given})
+    try:
+        return Config(**{**preset, **given})
+    except ConfigError as e:
+        # A conflict between the preset and a setting the user gave: without naming the preset the
+        # message would blame a value the user never set.
+        culprits = {k: v for k, v in preset.items() if k not in given and not _builds({**given, k: v})}
+        if not culprits or not _builds(given):
+            raise
+        shown = ", ".join(f"{k} = {v!r}" for k, v in culprits.items())
+        raise ConfigError(f"{e} ({shown} {'comes' if len(culprits) == 1 else 'come'} from the preset for "
+                          f"{given.get('env', Config.env)}; a setting you give overrides it)") from None
+
+
+def _builds(values: dict) -> bool:
+    try:
+        Config(**values)
+    except ConfigError:
+        return False
+    return True
 
 
 def add_arguments(parser, groups: tuple[str, ...] = ("run", "learner", "runtime")) -> None:

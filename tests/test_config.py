@@ -38,6 +38,9 @@ def toml(tmp_path, text: str | bytes) -> str:
     ('hidden = "8"\n', r"hidden = '8' is not accepted: expected an integer in \[1, 4096\], as a TOML number"),
     ('quiet = "yes"\n', r"quiet = 'yes' is not accepted: expected true or false \(a TOML boolean\)"),
     ("quiet = 1\n", "quiet = 1 is not accepted"),
+    # the --help groups read like sections; "learner" is also a setting, which said "expected thread, process"
+    ("[sacbot.learner]\nhidden = 32\n", r"\[sacbot.learner\] is a table, .* move 'hidden' up a level"),
+    ("[learner]\nhidden = 32\n", r"\[learner\] is a table, .* not sections"),
 ])
 def test_bad_toml_names_the_key_and_what_is_accepted(tmp_path, text, match):
     with pytest.raises(ConfigError, match=match):

@@ -11,7 +11,7 @@ import gymnasium as gym
 import pytest
 
 import sacbot.envs  # noqa: F401 - registers the sacbot/* ids
-from sacbot.config import Config, load_config
+from sacbot.config import Config, ConfigError, load_config
 from sacbot.presets import PRESETS, preset_for
 
 
@@ -98,3 +98,15 @@ def test_an_id_without_a_version_gets_the_preset_of_the_version_gymnasium_plays(
     assert load_config(None, {}, {"env": "Pendulum"}).env == "Pendulum-v1"
     assert load_config(None, {}, {"env": "sacbot/TankDuelRadar-v0"}).env == "sacbot/TankDuelRadar-v0"  # pinned
     assert load_config(None, {}, {"env": "NoSuchGame"}).env == "NoSuchGame"  # gym.make judges it
+
+
+def test_a_conflict_the_preset_causes_names_the_preset_and_the_value_it_set():
+    # Pendulum-P's preset turns reward_input on; critic_obs given by the user conflicts with it.
+    with pytest.raises(ConfigError, match=r"reward_input = True comes from the preset for sacbot/Pendulum-P-v0"):
+        load_config(None, {}, {"env": "sacbot/Pendulum-P-v0", "critic_obs": "2"})
+    # The user's own conflict is reported as it was, with no preset named.
+    with pytest.raises(ConfigError, match=r"turn one off$"):
+        load_config(None, {}, {"env": "Pendulum-v1", "critic_obs": "2", "reward_input": "1"})
+    # And overriding the preset's value resolves it, as the message says.
+    fixed = load_config(None, {}, {"env": "sacbot/Pendulum-P-v0", "critic_obs": "2", "reward_input": "0"})
+    assert (fixed.critic_obs, fixed.reward_input) == (2, False)
