@@ -57,6 +57,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import threading
 import time
 import zipfile
@@ -605,7 +606,15 @@ def _check_declared(path: str, by_name: dict[str, zipfile.ZipInfo], declared: di
         raise CheckpointError(f"{path}: its entries declare {raw:,d} decompressed bytes, {over}")
 
 
+def _check_regular(path: str) -> None:
+    # Opening a FIFO blocks until a writer comes, and a signal does not interrupt it (Python retries
+    # the open): a run or eval would hang on one, killable only by SIGKILL.
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise CheckpointError(f"{path}: not a regular file (a FIFO, device or socket); a checkpoint is a zip file")
+
+
 def _read_checkpoint(path: str, entries: tuple[str, ...] | None, cap_arg: int | None) -> dict:
+    _check_regular(path)
     with zipfile.ZipFile(path) as zf:
         infos = zf.infolist()
         if len(infos) > MAX_ENTRIES:
@@ -825,6 +834,7 @@ def candidates(directory: str, latest_name: str = LATEST) -> list[str]:
 def _manifest_step(path: str) -> int | None:
     """The step in a checkpoint's manifest, or None if it cannot be read (the full check comes later)."""
     try:
+        _check_regular(path)
         with zipfile.ZipFile(path) as zf:
             step = _read_manifest(zf, path).get("step")
         return int(step) if isinstance(step, int) else None

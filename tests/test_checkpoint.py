@@ -106,6 +106,23 @@ def test_corrupt_latest_is_kept_aside_and_previous_loads(tmp_path, case):
     assert open(tmp_path / aside[0], "rb").read() == bad  # kept, not deleted or rewritten
 
 
+@pytest.mark.timeout(30)
+def test_a_fifo_in_place_of_the_latest_checkpoint_is_set_aside_not_waited_on(tmp_path):
+    """Opening a FIFO blocks until a writer comes, and SIGTERM did not end the wait: `sacbot run`
+    and `eval` hung on one named sac_latest.zip."""
+    st = trained_state(tmp_path)
+    st.grad_steps = 10
+    ck.write_checkpoint(str(tmp_path), st.payload(False), keep_last=5)
+    os.remove(tmp_path / ck.LATEST)
+    os.mkfifo(tmp_path / ck.LATEST)
+    with pytest.raises(ck.CheckpointError, match="not a regular file"):
+        ck.read_checkpoint(str(tmp_path / ck.LATEST))
+    logs = []
+    loaded, path = ck.load_latest(str(tmp_path), log=logs.append)
+    assert path.endswith("sac_step_10.zip") and loaded["meta"]["grad_steps"] == 10
+    assert any("not a regular file" in m and "kept aside" in m for m in logs)
+
+
 def test_unsafe_entry_names_and_pickles_are_refused(tmp_path):
     p = tmp_path / "evil.zip"
     with zipfile.ZipFile(p, "w") as zf:
