@@ -351,7 +351,7 @@ class LearnerLoop:
             self.learning = True  # said once: tells a person (or a test) training began
             log.info("learning started with %d transitions in the buffer", len(s.replay))
         t0 = time.perf_counter()
-        line = train_pass(s, self._offer_save, self.stop, self._publish)
+        line = train_pass(s, self._offer_save, self.stop, self._publish_mid_pass)
         dt = time.perf_counter() - t0
         if line["grad_steps"]:
             self.steps_per_s = line["grad_steps"] / max(dt, 1e-9)
@@ -360,6 +360,14 @@ class LearnerLoop:
         line.update(wall_time=time.time(), policy_version=self.version, save_drops=s.save_offers_dropped)
         append_jsonl(self.spec.metrics_path, line)
         self.processed += drained
+        self.push_status(self.status())
+
+    def _publish_mid_pass(self) -> None:
+        # A pass is up to MAX_PASS_STEPS long: on a loaded machine (seen: 2.9 steps/s in a cluster
+        # sharing two cores with other work) that is over a minute in which status would still say
+        # 0 steps and no save, though both happened.
+        self._publish()
+        self._collect_io()
         self.push_status(self.status())
 
     def _offer_save(self, state: TrainingState) -> bool:

@@ -605,6 +605,36 @@ def test_the_learner_loop_takes_source_message_pairs_and_plain_messages(tmp_path
     assert loop.state.opponent == {0: "a", 7: "b"} and loop.final_save["ok"]
 
 
+def test_status_is_pushed_inside_a_long_pass_with_its_steps(tmp_path, monkeypatch):
+    """A pass runs up to MAX_PASS_STEPS; under load (a cluster on two busy cores, 2.9 steps/s) that
+    took over a minute in which the learner's status still said 0 steps and no save."""
+    import sacbot.training as training
+    from sacbot.learner import LearnerSpec
+
+    monkeypatch.setattr(training, "PUBLISH_EVERY_STEPS", 4)
+    cfg = small_cfg(tmp_path, learning_starts=0, hidden=4)
+    batches = [[NewEpisode("a")] + [tr(i) for i in range(12)], [Shutdown()]]
+
+    class Inbox:  # one pass of 12 steps, then the shutdown
+        def recv(self, timeout):
+            return batches[0].pop(0) if batches[0] else None
+
+        def drain(self):
+            return batches.pop(0)[:] if len(batches) > 1 else []
+
+    pushed: list[dict] = []
+    spec = LearnerSpec(config=cfg.to_dict(), obs_dim=3, act_dim=1, spaces={"obs_dim": 3, "act_dim": 1},
+                       metrics_path=cfg.metrics_path, weights_dir=cfg.weights_dir)
+    versions = iter(range(1, 100))
+    loop = training.LearnerLoop(spec, None, Inbox(), lambda arrays: next(versions), pushed.append, threading.Event())
+    loop.run()
+    during = [p for p in pushed if p.get("processed") == 0 and p.get("learner_steps")]
+    assert [p["learner_steps"] for p in during] == [4, 8]  # the pass's own publishes, before it ended
+    assert during[-1]["policy_version_published"] > during[0]["policy_version_published"]
+    # (A save made in the pass shows as soon as the I/O thread reports it: not checked here, since
+    # when it finishes writing is the I/O thread's business.)
+
+
 def test_a_long_backlog_is_trained_in_capped_passes_and_nothing_owed_is_lost(tmp_path):
     """A learner behind its bots used to run one pass of every owed step, publishing nothing
     until it ended; passes are capped and the rest stays owed."""
