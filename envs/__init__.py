@@ -52,7 +52,7 @@ _register("sacbot/TankDuelRadar-v1", entry_point=f"{__name__}.tank_duel:TankDuel
           kwargs={"opponents": ("sitting_duck",), "schedule": "fixed", "gun_control": "turn",
                   "observation": "radar", "radar_arc": 120.0, "critic_info": True, "shaping": True})
 # The duel where memory is needed (issue 15): v1's aids (critic-only enemy state, shaping) at v0's
-# 40-degree radar, so the enemy is in view about one tick in nine.  tools/bench_radar_bounds.py
+# 40-degree radar, so the radar's sweep holds the enemy a third as often as v1's.  tools/bench_radar_bounds.py
 # measures what that does: a memoryless policy that fires on a sighting still wins v1 (120 degrees)
 # 100% under a learner's gun noise, but at 40 degrees it wins 22-54% against sitting_duck and 2-10%
 # against tracker, while one that remembers the last sighting wins 100% (docs/learner.md,

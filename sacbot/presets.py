@@ -34,10 +34,6 @@ PRESETS: dict[str, dict] = {
     # 100/95/100/85/100%.
     "sacbot/TankDuelRadar-v1": {"init_alpha": 0.02, "n_step": 5, "burn_in": 8, "critic_memory": False,
                                 "target_entropy_per_dim": -0.5},
-    # v1 at a 40-degree radar: v1's settings, unchanged.  The pilot (seed 0, 60k, docs/learner.md
-    # "Session 20") won 95% against sitting_duck and against tracker with them.
-    "sacbot/TankDuelMemory-v0": {"init_alpha": 0.02, "n_step": 5, "burn_in": 8, "critic_memory": False,
-                                 "target_entropy_per_dim": -0.5},
     # Pendulum with the angle alone: pomdp-baselines' gamma (configs/pomdp/pendulum, 0.9).  Side by
     # side, 25k lockstep steps, eval of 10 episodes, seeds 0 and 1 (docs/learner.md, session 5):
     # gamma 0.9 -145 and -158, the default 0.99 -154 and -208, and 0.9 was ahead all the way
@@ -49,6 +45,10 @@ PRESETS: dict[str, dict] = {
     # observation hides: with it, seed 0 reached -127 at 10k steps, without it -593 at 25k.
     "sacbot/Pendulum-V-v0": {"gamma": 0.9, "reward_input": True},
 }
+
+# v1 at a 40-degree radar: v1's settings, unchanged.  The pilot (seed 0, 60k, docs/learner.md
+# "Session 20") won 95% against sitting_duck and against tracker with them.
+PRESETS["sacbot/TankDuelMemory-v0"] = dict(PRESETS["sacbot/TankDuelRadar-v1"])
 
 
 def preset_for(env_id: str) -> tuple[str, dict] | None:
