@@ -544,8 +544,10 @@ def load_config(toml_path: str | None = None, env: Mapping[str, str] | None = No
     except ConfigError as e:
         # A conflict between the preset and a setting the user gave: without naming the preset the
         # message would blame a value the user never set.
+        if not _builds(given):  # the user's own settings conflict: the preset is not to blame
+            raise
         culprits = {k: v for k, v in preset.items() if k not in given and not _builds({**given, k: v})}
-        if not culprits or not _builds(given):
+        if not culprits:
             raise
         shown = ", ".join(f"{k} = {v!r}" for k, v in culprits.items())
         raise ConfigError(f"{e} ({shown} {'comes' if len(culprits) == 1 else 'come'} from the preset for "

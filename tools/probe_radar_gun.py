@@ -27,6 +27,7 @@ import math
 import os
 import sys
 
+import gymnasium as gym
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -35,7 +36,10 @@ from sacbot import checkpoint as ck  # noqa: E402
 from sacbot import policy  # noqa: E402
 from sacbot.envs.tank_duel import _bearing, _wrap  # noqa: E402
 from tools.bench_learning import checkpoint_config  # noqa: E402
-from tools.bench_tankduel import SEED0, eval_env, json_object, layout_change, repeated_names  # noqa: E402
+from tools.bench_tankduel import SEED0, TANKDUEL_ENVS, eval_env, json_object, layout_change, repeated_names  # noqa: E402
+
+# The duels whose registered observation is the radar's: the probe reads its 'seen' field.
+RADAR_ENVS = tuple(e for e in TANKDUEL_ENVS if gym.spec(e).kwargs.get("observation") == "radar")
 
 
 def gun_error_deg(env) -> float:
@@ -168,7 +172,7 @@ def main() -> int:
         except ck.CheckpointError as e:
             print(f"probe_radar_gun: {e}", file=sys.stderr)
             return 1
-        if cfg.get("env") not in ("sacbot/TankDuelRadar-v0", "sacbot/TankDuelRadar-v1", "sacbot/TankDuelMemory-v0"):
+        if cfg.get("env") not in RADAR_ENVS:
             p.error(f"--runs {name}: {path} trained on {cfg.get('env')}, not a radar duel (the probe "
                     "reads the radar observation's 'seen' field, index 11)")
         try:
