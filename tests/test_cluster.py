@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from helpers import StderrWatcher, dir_digests, pid_alive, read_status, wait_until
@@ -72,16 +73,23 @@ def test_a_cluster_trains_survives_kills_of_a_bot_and_the_learner_and_closes_on_
     p = subprocess.Popen(SACBOT + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     watch = StderrWatcher(p)
     steps = 0
+    # Every wait below shares one budget under the 400 s timeout: on a loaded machine the test
+    # then fails with its own message and the cluster's last status.json, not pytest's kill.
+    deadline = time.monotonic() + 330
+
+    def within(s: float) -> float:
+        return max(1.0, min(s, deadline - time.monotonic()))
+
     try:
-        st = wait_until(lambda: (s := read_status(root)).get("learner_steps", 0) > 0 and s["last_save"] and s, 180,
-                   "the cluster's learner to train and save")
+        st = wait_until(lambda: (s := read_status(root)).get("learner_steps", 0) > 0 and s["last_save"] and s,
+                        within(180), "the cluster's learner to train and save")
         assert st["learner_alive"] and st["replay_ratio_target"] > 0 and len(st["bots"]) == 2
 
         # Sequences sampled from the learner's replay never cross bots (asked by a process that
         # joins the cluster, as tools/join_cluster.py does; a subprocess, so a hang has a timeout).
         def sample():
             q = subprocess.run([sys.executable, "-c", JOIN_AND_SAMPLE, st["ray_address"]], capture_output=True,
-                               text=True, timeout=90, env={**os.environ, **LOOPBACK})
+                               text=True, timeout=within(90), env={**os.environ, **LOOPBACK})
             assert q.returncode == 0, q.stderr[-3000:]
             windows = json.loads(q.stdout.strip().splitlines()[-1])
             assert len(windows) >= 256 and all(len(w) == 1 for w in windows)
@@ -89,14 +97,15 @@ def test_a_cluster_trains_survives_kills_of_a_bot_and_the_learner_and_closes_on_
 
         # Both bots' experience gets in: at once on an idle machine; on a loaded one the learner's
         # first passes (a few steps a second) may hold one bot's batches only, the rest queued.
-        wait_until(lambda: {w[0] for w in sample()} == {0, 1}, 150, "both bots' experience in the replay")
+        wait_until(lambda: {w[0] for w in sample()} == {0, 1}, within(150),
+                   "both bots' experience in the replay")
 
         # An external game process joins by address and plays on the cluster's learner's weights
         # (tools/join_cluster.py, the issue's example script).
         tool = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "join_cluster.py")
         j = subprocess.run([sys.executable, tool, "--address", st["ray_address"], "--source", "100", "--episodes",
-                            "1"], capture_output=True, text=True, timeout=120, env={**os.environ, **LOOPBACK},
-                           cwd=tmp_path)
+                            "1"], capture_output=True, text=True, timeout=within(120),
+                           env={**os.environ, **LOOPBACK}, cwd=tmp_path)
         assert j.returncode == 0, j.stderr[-3000:]
         joined = json.loads(j.stdout.strip().splitlines()[-1])
         assert joined["episodes"] == 1 and joined["policy_version"] > 0 and joined["drops"]["transition"] == 0
@@ -109,9 +118,10 @@ def test_a_cluster_trains_survives_kills_of_a_bot_and_the_learner_and_closes_on_
         version, learner_pid = st["policy_version"], st["learner_pid"]
         os.kill(bot_pid, signal.SIGKILL)
         wait_until(lambda: read_status(root)["bots"]["0"]["pid"] not in (None, bot_pid)
-              and read_status(root)["bots"]["0"]["heartbeat_age_s"] < 2, 60, "bot0 to come back")
+              and read_status(root)["bots"]["0"]["heartbeat_age_s"] < 2, within(60), "bot0 to come back")
         # A version per pass and per 64 steps of a longer one: +2 within 90 s even on a loaded machine.
-        wait_until(lambda: read_status(root)["policy_version"] > version + 2, 90, "the learner to keep publishing")
+        wait_until(lambda: read_status(root)["policy_version"] > version + 2, within(90),
+                   "the learner to keep publishing")
         assert read_status(root)["learner_pid"] == learner_pid
 
         # kill -9 of the learner: restarted from its latest checkpoint; bots act on meanwhile.
@@ -119,16 +129,16 @@ def test_a_cluster_trains_survives_kills_of_a_bot_and_the_learner_and_closes_on_
         ticks = read_status(root)["ticks"]
         os.kill(learner_pid, signal.SIGKILL)
         st = wait_until(lambda: (s := read_status(root))["learner_pid"] != learner_pid and s["learner_alive"] and s,
-                        120, "the learner to come back")
+                        within(120), "the learner to come back")
         assert st["loaded_from"] and st["learner_steps"] >= saved  # never back beyond the last save
         assert st["ticks"] > ticks  # the bots kept acting
         steps = st["learner_steps"]
-        wait_until(lambda: read_status(root)["learner_steps"] > steps, 120, "training to continue")
+        wait_until(lambda: read_status(root)["learner_steps"] > steps, within(120), "training to continue")
 
         # SIGTERM: every bot stops, the learner makes its final save, Ray goes away.
         p.send_signal(signal.SIGTERM)
-        p.wait(timeout=120)
-    except AssertionError as e:  # a bound missed on a loaded machine: say where the cluster was
+        p.wait(timeout=within(120))
+    except (AssertionError, subprocess.TimeoutExpired) as e:  # a bound missed under load: where was the cluster?
         try:
             last = read_status(root)
         except (OSError, ValueError) as why:
