@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from sacbot.learner import LEARNER_KINDS
+
+
+def pytest_configure(config) -> None:
+    # `make test` runs one xdist worker per core; torch's default of one intra-op thread per core
+    # in every worker would put twice as many busy threads as cores, and they spin against each
+    # other.  sacbot's own learner threads already default to one (Config.torch_threads).
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(params=LEARNER_KINDS)

@@ -18,6 +18,9 @@ import pytest
 from helpers import StderrWatcher, dir_digests, pid_alive, read_status, wait_until
 
 pytest.importorskip("ray")
+# Under pytest-xdist these tests share one worker: each ends by killing every Ray process that
+# appeared while it ran, which would take down a cluster another worker's test had started.
+pytestmark = pytest.mark.xdist_group("ray")
 
 from sacbot.checkpoint import read_checkpoint  # noqa: E402
 
