@@ -7,9 +7,12 @@ run:
 	.venv/bin/sacbot run --steps 10000 --pace lockstep
 
 # Lint, then the whole test suite, one pytest-xdist worker per core: the suite is mostly
-# single-threaded, so on CI's 2 cores this halves it.  --dist loadgroup keeps the Ray tests on
-# one worker (tests/test_cluster.py says why).
+# single-threaded, so on CI's 2 cores this halves it.  nproc, not xdist's "auto", because nproc
+# honours the CPUs this process may use (auto may count the host's); at most 4 workers, because each
+# imports torch and the cluster test fails when its processes are starved.  `make test JOBS=1`
+# runs it on one.  --dist loadgroup keeps the Ray tests on one worker (tests/test_cluster.py).
+JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo $$n)
 test:
 	./tools/setup.sh test
 	.venv/bin/ruff check sacbot envs tools tests
-	.venv/bin/pytest -q -n auto --dist loadgroup
+	.venv/bin/pytest -q -n $(JOBS) --dist loadgroup
