@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
@@ -34,8 +35,5 @@ def break_learner(agent, kind: str) -> str:
 
         agent.learner.loop.state.learner.update = boom
         return "injected learner failure"
-    import os
-    import signal
-
     os.kill(agent.learner.proc.pid, signal.SIGKILL)
     return "exited with code -9"
