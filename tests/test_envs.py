@@ -626,3 +626,23 @@ def test_the_memory_duel_is_v1_at_a_40_degree_radar_and_its_actor_sees_only_this
     assert len(pairs) >= 30
     for oa, ob in pairs:
         assert np.array_equal(oa[:32], ob[:32]) and not np.array_equal(oa[32:], ob[32:])
+
+
+def test_the_memory_duel_without_critic_info_is_the_actors_32_values_with_the_same_rewards():
+    """What BENCHMARKS.md tells a library that feeds its policy the whole observation: make the
+    memory duel with critic_info=False.  Same seed and actions: the observation is the first 32
+    values of the registered one, and the rewards and ends are the same."""
+    full = gym.make("sacbot/TankDuelMemory-v0", opponents=["tracker"])
+    radar = gym.make("sacbot/TankDuelMemory-v0", opponents=["tracker"], critic_info=False)
+    assert radar.observation_space.shape == (32,) and full.observation_space.shape == (46,)
+    of, _ = full.reset(seed=3)
+    orad, _ = radar.reset(seed=3)
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        np.testing.assert_array_equal(orad, of[:32])
+        a = rng.uniform(-1, 1, 4).astype(np.float32)
+        of, rf, tf, uf, _ = full.step(a)
+        orad, rr, tr, ur, _ = radar.step(a)
+        assert (rr, tr, ur) == (rf, tf, uf)
+        if tf or uf:
+            break
