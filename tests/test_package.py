@@ -98,9 +98,9 @@ def _clean_env() -> dict:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_wheel_in_a_fresh_venv_evaluates_the_pretrained_bot_from_an_empty_directory(tmp_path):
-    """The acceptance test of issue 16: wheel, fresh venv (no system site-packages, so a missing
-    dependency fails), `sacbot eval --episodes 2` from an empty directory.  25-56 s measured on the
-    2-core machine (torch==2.13.0 comes from the local CPU wheel, pinned by the wheel itself)."""
+    """The wheel in a fresh venv (no system site-packages, so a missing dependency fails), without
+    torch: `sacbot eval --episodes 2` from an empty directory plays the shipped bot, and `sacbot run`
+    says which extra training needs."""
     wheel = build_wheel(tmp_path)
     venv = tmp_path / "venv"
     env = _clean_env()
@@ -122,5 +122,12 @@ def test_a_wheel_in_a_fresh_venv_evaluates_the_pretrained_bot_from_an_empty_dire
         p = subprocess.run([str(venv / "bin" / "python"), "-c", "import envs"], cwd=empty,
                            capture_output=True, text=True, timeout=60, env=env)
         assert p.returncode != 0 and "No module named 'envs'" in p.stderr
+        p = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch"], cwd=empty,
+                           capture_output=True, text=True, timeout=60, env=env)
+        assert p.returncode != 0, "the base install brought torch"
+        p = subprocess.run([str(venv / "bin" / "sacbot"), "run", "--steps", "10"], cwd=empty,
+                           capture_output=True, text=True, timeout=120, env=env)
+        assert p.returncode == 2 and "sacbot[train]" in p.stderr, p.stderr
+        assert os.listdir(empty) == ["runs"] or sorted(os.listdir(empty)) == ["runs"], os.listdir(empty)
     finally:
         shutil.rmtree(venv, ignore_errors=True)  # ~0.9 GB: pytest keeps the last three tmp dirs

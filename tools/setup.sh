@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
-# Create .venv (if missing) and install sacbot with the given extras.
-# torch is pinned to 2.13.0 in pyproject.toml: on these machines that is a local CPU
-# wheel; an unpinned torch would make pip fetch a multi-GB CUDA build.
+# Create .venv (if missing) and install sacbot with the given extras (comma-separated), e.g.
+#   ./tools/setup.sh train      # what `sacbot run` needs
+#   ./tools/setup.sh test       # the test suite
+# torch comes first, as the machine's own build: these machines keep a CPU wheel of torch 2.13.0
+# on disk, and pyproject's range (torch>=2.1,<3) is then already satisfied; left to the range
+# alone, pip would fetch the newest release, a multi-GB CUDA build.  SACBOT_TORCH overrides the
+# version asked for here (empty: leave torch to the range).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-}"
+torch_spec="${SACBOT_TORCH-torch==2.13.0}"
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+case ",$extras," in
+    *,train,*|*,test,*|*,ray,*|*,bench,*)
+        if [ -n "$torch_spec" ] && ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
+            .venv/bin/python -m pip install -q "$torch_spec"
+        fi ;;
+esac
 .venv/bin/python -m pip install -q -e ".${extras:+[$extras]}"
