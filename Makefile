@@ -3,7 +3,7 @@
 
 # Train the default bot long enough to show learning, then write a checkpoint.
 run:
-	./tools/setup.sh
+	./tools/setup.sh train
 	.venv/bin/sacbot run --steps 10000 --pace lockstep
 
 # Lint, then the whole test suite, one pytest-xdist worker per core: the suite is mostly
@@ -15,4 +15,5 @@ JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo 
 test:
 	./tools/setup.sh test
 	.venv/bin/ruff check sacbot envs tools tests
-	.venv/bin/pytest -q -n $(JOBS) --dist loadgroup
+	.venv/bin/pytest -q -n $(JOBS) --dist loadgroup -m "not alone"
+	.venv/bin/pytest -q -p no:xdist -m alone

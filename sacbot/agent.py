@@ -35,8 +35,8 @@ import gymnasium as gym
 import numpy as np
 
 from . import policy
-from .assemble import AssembleError, assemble, make_dir
-from .config import Config
+from .assemble import AssembleError, StartInterrupted, assemble, make_dir
+from .config import Config, ConfigError
 from .files import append_jsonl
 from .liveness import Heartbeat, RoundCounter
 from .messages import (
@@ -49,6 +49,7 @@ from .messages import (
     check_reward,
     check_vector,
 )
+from .rundir import RunDirClaim, RunDirInUse
 
 
 def _log_line(message: str) -> None:
@@ -58,6 +59,10 @@ def _log_line(message: str) -> None:
 
 class AgentError(AssembleError):
     """The agent cannot start or was used wrongly; the message says what to do."""
+
+
+class AgentInterrupted(AgentError):
+    """The stop request came while the agent was starting: nothing was saved or left running."""
 
 
 def space_dims(obs_space: gym.Space, action_space: gym.Space) -> tuple[int, int]:
@@ -96,12 +101,34 @@ def learner_spaces(net_obs: int, obs_space: gym.Space, action_space: gym.Space, 
 
 
 class Agent:
+    """A bot in a game loop: ``act`` each tick, ``observe`` its outcome, ``new_episode`` at each
+    start, ``close`` (or a ``with`` block) at the end, which makes the final save::
+
+        with Agent(cfg, obs_space, action_space) as agent:
+            agent.new_episode(opponent="tracker")
+            obs = game.reset()
+            while not over:
+                action = agent.act(obs)
+                obs, reward, terminated, truncated, info = game.step(action)
+                agent.observe(reward, obs, terminated, truncated, info)
+
+    Note the order of ``observe``: reward first, then the next observation (the original bot's
+    order), where gymnasium's ``step`` returns the observation first.  The Agent resumes from the
+    newest checkpoint in ``cfg.weights_path``, or starts fresh; in eval mode it acts
+    deterministically and sends and saves nothing."""
+
     def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, *, log=None, learner=None,
-                 env_layout: dict | None = None):
+                 env_layout: dict | None = None, stop: threading.Event | None = None):
         """``learner``: an already running learner to feed (a bot of a Ray cluster feeds the shared
         one); by default the bot assembles its own (sacbot.assemble).  ``env_layout``: the env's
-        settings that change what its values mean (sacbot.driver.env_layout), saved with the bot."""
+        settings that change what its values mean (sacbot.driver.env_layout), saved with the bot.
+        ``stop``: the game's stop request (a signal handler sets it): no wait of the Agent outlasts
+        it, neither the start (AgentInterrupted) nor a lockstep observe().
+
+        All or nothing: if the constructor raises, nothing of the bot is left (no thread, no child
+        process, no lock held); the learner it had started is ended without a save."""
         self.cfg = cfg
+        self.stop = stop
         self.log = log or _log_line
         self.obs_dim, self.act_dim = space_dims(obs_space, action_space)
         self.obs_shape = obs_space.shape
@@ -142,11 +169,27 @@ class Agent:
             self.log("sacbot: EVAL MODE: deterministic actions; nothing is sent to a learner or saved")
         net_obs = input_dim(cfg, self.obs_dim)
         spaces = learner_spaces(net_obs, obs_space, action_space, env_layout)
+        self._run_claim = claim_run_dir(cfg)  # released below if the start fails, else by close()
         try:
-            start = assemble(cfg, net_obs, self.act_dim, spaces, self.log, learner=learner)
-        except AssembleError as e:
-            raise AgentError(str(e)) from None
+            start = assemble(cfg, net_obs, self.act_dim, spaces, self.log, learner=learner, stop=stop)
+        except BaseException as e:
+            self._run_claim.release()
+            if isinstance(e, StartInterrupted):
+                raise AgentInterrupted(str(e)) from None
+            if isinstance(e, AssembleError):
+                raise AgentError(str(e)) from None
+            raise
+        try:
+            self._take(start)
+        except BaseException:  # a value of the checkpoint the acting side refuses, an interrupt, ...
+            start.abort()
+            self._run_claim.release()
+            raise
+        _OPEN.add(self)  # closed at exit if the program does not (see _close_forgotten)
+
+    def _take(self, start) -> None:
         # All the Agent keeps of the learning side: the boundary handle and what it last pulled.
+        cfg = self.cfg
         self.learner = start.learner
         self._release = start.release
         self.loaded_from = start.loaded_from
@@ -155,10 +198,15 @@ class Agent:
         self.learning_starts_left = 0 if self.eval_mode else max(0, cfg.learning_starts - start.env_steps)
         self.episode_base = start.episodes
         if start.acting_rng:  # the final save holds the acting noise state: a resume continues it
-            self.rng.bit_generator.state = json.loads(start.acting_rng)
+            try:
+                self.rng.bit_generator.state = json.loads(start.acting_rng)
+            except (ValueError, TypeError, KeyError) as e:
+                raise AgentError(f"checkpoint {start.loaded_from!r} holds an acting noise state (meta acting_rng) "
+                                 f"that cannot be restored ({type(e).__name__}: {e}); expected the JSON state of "
+                                 "a numpy PCG64 generator. Nothing was changed; to go on from an older checkpoint, "
+                                 "move this one out of the weights directory") from None
         self.rounds = None if self.eval_mode else RoundCounter(cfg.round_counter_path)
         self.pstate = policy.initial_state(self.params)
-        _OPEN.add(self)  # closed at exit if the program does not (see _close_forgotten)
 
     @property
     def episode_index(self) -> int:
@@ -232,8 +280,9 @@ class Agent:
                 self.learning_starts_left -= 1
             if self.learner.send([tr]):
                 self.sent += 1
-                if self.cfg.pace == "lockstep":
-                    self.learner.wait_processed(self.sent, timeout=600.0)
+                if self.cfg.pace == "lockstep" and not (self.stop is not None and self.stop.is_set()):
+                    # Not past a stop request: a close must not wait for a slow learner's pass.
+                    self.learner.wait_processed(self.sent, timeout=600.0, stop=self.stop)
         elif self.learner is not None and not self._closed:
             self.unsent += 1  # its episode's start did not get through
         if tr.terminated or tr.truncated:
@@ -344,16 +393,20 @@ class Agent:
             st["final_save"] = self.final_save
         return st
 
-    def close(self, deadline: float = 300.0) -> dict:
-        """Stop sending; the learner takes what is queued into its buffer (untrained), makes the
-        final save (blocking, guaranteed unless its state is not finite) and exits; free the
-        weights directory.  Returns the final status, with ``final_save``.  ``deadline`` covers the
-        learner's own (at most a 256-step pass, then the save: 60 s to hand it over, 120 s to write),
-        so a slow disk does not make us give up on a save that is still being written."""
+    def close(self, deadline: float | None = None) -> dict:
+        """Stop sending; the learner ends the pass in progress (the steps left stay owed), takes
+        what is queued into its buffer (untrained), makes the final save (blocking, guaranteed
+        unless its state is not finite) and exits; free the weights directory.  Returns the final
+        status, with ``final_save``.  ``deadline`` (by default ``cfg.final_save_timeout``) bounds it
+        all: a learner that has not confirmed its save by then (stopped, or writing to a disk that
+        hangs) is reported as ``final_save = {"ok": False, "timed_out": True, ...}``, and a
+        learner process is killed, so the bot still exits on time."""
         if self._closed:
             return self.status()
         self._closed = True
         _OPEN.discard(self)
+        if deadline is None:
+            deadline = self.cfg.final_save_timeout
         if self.learner is not None:
             final = self.learner.close(json.dumps(self.rng.bit_generator.state), timeout=deadline)
             self.final_save = final.get("final_save") or {"ok": False, "error": "the learner did not report"}
@@ -361,6 +414,7 @@ class Agent:
                 self._release()  # a learner still writing keeps the lock: the OS frees it at exit
         st = self.status()
         self.heartbeat.maybe_write(lambda: st, force=True)
+        self._run_claim.release()  # the last write to the run directory is done
         return st
 
     def __enter__(self) -> Agent:
@@ -368,6 +422,23 @@ class Agent:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def claim_run_dir(cfg: Config) -> RunDirClaim:
+    """The run directory, for this bot alone (sacbot/rundir.py).  Held by another bot: a setting
+    to change, ConfigError (exit 2).  Held by this same bot (its weights path), which is running
+    or still closing: AgentError (exit 1), as for its weights directory, so a runner retries."""
+    claim = RunDirClaim(cfg.run_dir, cfg.weights_path)
+    try:
+        return claim.acquire()
+    except RunDirInUse as e:
+        if e.same_bot:
+            raise AgentError(str(e)) from None
+        raise ConfigError(str(e)) from None
+    except OSError as e:  # read-only, a directory in the way: nothing of the run could be written there
+        raise AgentError(f"--run-dir {cfg.run_dir!r} cannot be written ({claim.path!r}: {e.strerror or e}); "
+                         "its status.json, episodes and metrics go there: pass a directory this bot may "
+                         "write") from None
 
 
 def _outcome(won) -> bool | None:

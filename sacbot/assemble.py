@@ -4,6 +4,7 @@
     start.arrays          # the actor the bot plays first (plain arrays)
     start.learner         # a Learner (sacbot.learner), or None in eval mode
     start.release()       # at close: frees the weights directory's writer lock
+    start.abort()         # instead, if the bot fails to start: learner ended unsaved, lock freed
 
 It decides between the four ways a bot starts:
 
@@ -12,6 +13,11 @@ It decides between the four ways a bot starts:
 * **resume**: the newest checkpoint that verifies (bad files are set aside, never deleted);
 * **fresh**: nothing to resume.
 
+A start is all or nothing: whatever fails (or is interrupted by ``stop``, or by a
+KeyboardInterrupt) after the lock is taken or the learner started ends that learner without a save
+(its threads joined and its process reaped, within a deadline) and frees the lock before the
+error goes on; a caller that fails after ``assemble`` returned calls ``start.abort()``.
+
 Everything here reads files and plain data; torch is imported only by the learner, and only when
 training: ``sacbot.thread_learner`` is imported here lazily, and ``sacbot.process_learner``'s
 parent side never imports it at all.
@@ -19,7 +25,9 @@ parent side never imports it at all.
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -35,6 +43,14 @@ class AssembleError(RuntimeError):
     """The bot cannot start (no checkpoint to evaluate, a directory in use, ...): exit 1."""
 
 
+class StartInterrupted(AssembleError):
+    """A stop was requested while the bot was starting: nothing was saved, nothing is left running."""
+
+
+ABORT_TIMEOUT_S = 30.0  # for a learner ended by a failed start: its threads and process to stop
+READY_TIMEOUT_S = 300.0  # for a learner to build itself and publish its first actor
+
+
 @dataclass
 class Start:
     arrays: dict[str, np.ndarray]
@@ -45,6 +61,7 @@ class Start:
     episodes: int = 0  # episodes of earlier runs: the next episode's index continues from here
     acting_rng: str | None = None  # the acting noise state saved by the last close
     release: Callable[[], None] = field(default=lambda: None)
+    abort: Callable[[], None] = field(default=lambda: None)
 
 
 def make_dir(path: str, flag: str) -> None:
@@ -64,16 +81,33 @@ def _mismatch(cfg: Config, e: Exception) -> ConfigError:
                        f"for a new bot, pass another --weights-path. {done}")
 
 
+def _stopped(cfg: Config, e: ck.CheckpointError) -> AssembleError:
+    """A checkpoint that is not proven bad but cannot be used now (a newer format, unreadable, step
+    files newer than the newest): the run stops and says what was left as it was."""
+    moved = getattr(e, "set_aside", [])
+    done = (f"Nothing in {cfg.weights_dir!r} was changed." if not moved else
+            f"No checkpoint in {cfg.weights_dir!r} was written or overwritten; only damaged files were kept "
+            f"aside: {', '.join(os.path.basename(p) for p in moved)}.")
+    return AssembleError(f"{e}. {done}")
+
+
 def assemble(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log: Callable[[str], None],
-             learner=None) -> Start:
+             learner=None, stop: threading.Event | None = None) -> Start:
+    """``stop``: the bot's stop request; set while the learner starts, the start is given up
+    (StartInterrupted) at once instead of after the learner is ready."""
     if cfg.eval_mode:
         return _eval(cfg, obs_dim, act_dim, spaces, log)
     if learner is not None:
-        return _attach(cfg, learner, obs_dim, act_dim)
-    return _train(cfg, obs_dim, act_dim, spaces, log)
+        return _attach(cfg, learner, obs_dim, act_dim, stop)
+    return _train(cfg, obs_dim, act_dim, spaces, log, stop)
 
 
-def _attach(cfg: Config, learner, obs_dim: int, act_dim: int) -> Start:
+def _interrupted(what: str) -> StartInterrupted:
+    return StartInterrupted(f"the start was interrupted (a stop was requested while {what}); nothing was "
+                            "saved and nothing of this bot is left running")
+
+
+def _attach(cfg: Config, learner, obs_dim: int, act_dim: int, stop: threading.Event | None = None) -> Start:
     """A bot that feeds a learner someone else runs (and saves): it writes no weights, takes no
     lock, and starts from the learner's newest actor."""
     theirs = learner.spaces() if hasattr(learner, "spaces") else None
@@ -81,8 +115,12 @@ def _attach(cfg: Config, learner, obs_dim: int, act_dim: int) -> Start:
         raise AssembleError(f"this game's spaces (obs_dim {obs_dim}, act_dim {act_dim}) are not the learner's "
                             f"(obs_dim {theirs[0]}, act_dim {theirs[1]}): join a learner of this env, with the "
                             f"same reward_input (here {cfg.reward_input}: it adds one input)")
-    if not learner.wait_ready(timeout=300.0):
-        raise AssembleError(f"the learner did not publish an actor in 300 s ({learner.status().get('last_error')})")
+    # A learner of the caller's may predate ``stop`` in the boundary: it is passed only when there is one.
+    if not (learner.wait_ready(READY_TIMEOUT_S, stop) if stop is not None else learner.wait_ready(READY_TIMEOUT_S)):
+        if stop is not None and stop.is_set():
+            raise _interrupted("waiting for the learner's first actor")
+        raise AssembleError(f"the learner did not publish an actor in {READY_TIMEOUT_S:g} s "
+                            f"({learner.status().get('last_error')})")
     got = learner.pull(0)
     assert got is not None
     version, arrays = got
@@ -100,10 +138,13 @@ def _eval(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log) -> Start:
               **_game(cfg, spaces)}
     try:
         # Actor-only: eval reads the deployable actor export and the manifest, nothing else.
+        # Eval writes nothing, so the newest checkpoint is played even with newer step files beside it.
         found = ck.load_latest(cfg.weights_dir, expect, entries=("actor",), log=log, set_aside_bad=False,
-                               latest_name=cfg.latest_name)
+                               latest_name=cfg.latest_name, refuse_newer_steps=False)
     except ck.CheckpointMismatch as e:
         raise _mismatch(cfg, e) from None
+    except ck.CheckpointStop as e:
+        raise _stopped(cfg, e) from None
     if found is None and cfg.weights_path == Config.weights_path:
         found = _pretrained(cfg, expect, log)
     if found is None:
@@ -149,9 +190,17 @@ def _pretrained(cfg: Config, expect: dict, log):
 def check_settings(cfg: Config, obs_dim: int, act_dim: int) -> None:
     """What a learner would refuse, found before any file exists: checkpoints over the read cap,
     a GPU that is not there.  (``sacbot cluster`` runs it in its driver too.)"""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:  # the base install acts; only a learner needs torch
+        raise ConfigError("training needs torch, which is not installed here: pip install 'sacbot[train]' "
+                          "(acting, eval and inspect need no torch; `sacbot eval` plays a bot without it)")
     if cfg.critic_obs >= obs_dim:
         raise ConfigError(f"critic_obs = {cfg.critic_obs} would leave the actor none of the observation's {obs_dim} "
                           "values; it counts the last values only the critic reads")
+    from .memory import check_memory
+
+    check_memory(cfg, obs_dim, act_dim)  # combinations that cannot fit this machine, before the first allocation
     need = ck.checkpoint_byte_cap(obs_dim, act_dim, cfg.hidden, cfg.buffer_size, cfg.save_replay)
     if need > ck.MAX_CHECKPOINT_BYTES:  # its checkpoints could never be written, nor read back
         raise ConfigError(f"hidden = {cfg.hidden} with buffer_size = {cfg.buffer_size} makes checkpoints of up to "
@@ -178,9 +227,12 @@ def _check_loadable(cfg: Config, obs_dim: int, act_dim: int, spaces: dict | None
         found = ck.load_latest(cfg.weights_dir, expect_for(cfg, obs_dim, act_dim, spaces),
                                entries=("actor",), log=lambda m: None, set_aside_bad=False,
                                latest_name=cfg.latest_name)
+        has_files = bool(ck.candidates(cfg.weights_dir, cfg.latest_name))
     except ck.CheckpointMismatch as e:
         raise _mismatch(cfg, e) from None
-    if found is None and cfg.no_fresh_start and ck.candidates(cfg.weights_dir, cfg.latest_name):
+    except ck.CheckpointStop as e:
+        raise _stopped(cfg, e) from None
+    if found is None and cfg.no_fresh_start and has_files:
         raise AssembleError(f"no checkpoint in {cfg.weights_dir!r} loads, and --no-fresh-start refuses to start "
                             "fresh; nothing there was moved or changed")
 
@@ -198,28 +250,43 @@ def _lock(cfg: Config) -> WriterLock:
                             f"{why}") from None
 
 
-def _train(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log) -> Start:
+def _train(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log, stop: threading.Event | None = None) -> Start:
+    try:  # its step files would be another bot's, or its own would overwrite it
+        ck.check_latest_name(cfg.latest_name)
+    except ValueError as e:
+        raise ConfigError(f"weights_path = {cfg.weights_path!r} is not accepted for training: {e}") from None
     check_settings(cfg, obs_dim, act_dim)
     make_dir(cfg.weights_dir, "--weights-path")
     lock = _lock(cfg)  # one writer per weights directory, held until close (the OS frees it on any exit)
     try:
-        return _train_locked(cfg, obs_dim, act_dim, spaces, log, lock)
+        return _train_locked(cfg, obs_dim, act_dim, spaces, log, lock, stop)
     except BaseException:
         lock.close()
         raise
 
 
-def _train_locked(cfg, obs_dim, act_dim, spaces, log, lock: WriterLock) -> Start:
+def abort_learner(learner, timeout: float = ABORT_TIMEOUT_S) -> None:
+    """End a learner whose bot failed to start: no final save, its threads and process gone
+    within ``timeout`` (said in the log if not; an exception here must not hide the start's)."""
+    try:
+        learner.abort(timeout)
+    except Exception as e:  # noqa: BLE001 - the caller raises the failure that brought us here
+        logging.getLogger("sacbot").error("ending the learner of a failed start: %s: %s", type(e).__name__, e)
+
+
+def _train_locked(cfg, obs_dim, act_dim, spaces, log, lock: WriterLock, stop=None) -> Start:
     for p in ck.remove_stale_temps(cfg.weights_dir):  # safe: we hold the lock
         log(f"sacbot: removed stale temp file {p}")
-    had_files = bool(ck.candidates(cfg.weights_dir, cfg.latest_name))
     try:
+        had_files = bool(ck.candidates(cfg.weights_dir, cfg.latest_name))
         # With --no-fresh-start nothing is set aside: a refusal must leave every file where it was,
         # or the next plain run would start fresh without the warning.
         found = ck.load_latest(cfg.weights_dir, expect_for(cfg, obs_dim, act_dim, spaces),
                                log=log, latest_name=cfg.latest_name, set_aside_bad=not cfg.no_fresh_start)
     except ck.CheckpointMismatch as e:
         raise _mismatch(cfg, e) from None
+    except ck.CheckpointStop as e:
+        raise _stopped(cfg, e) from None
     if found is None and had_files:
         if cfg.no_fresh_start:
             raise AssembleError(f"no checkpoint in {cfg.weights_dir!r} loads, and --no-fresh-start refuses to start "
@@ -229,17 +296,26 @@ def _train_locked(cfg, obs_dim, act_dim, spaces, log, lock: WriterLock) -> Start
     ckpt, path = found if found is not None else (None, None)
     spec = LearnerSpec(config=cfg.to_dict(), obs_dim=obs_dim, act_dim=act_dim, spaces=spaces,
                        metrics_path=cfg.metrics_path, weights_dir=cfg.weights_dir, latest_name=cfg.latest_name)
-    learner = _start_learner(cfg, spec, ckpt, path, lock)
-    meta = ckpt["meta"] if ckpt is not None else {}
-    got = learner.pull(0)
-    assert got is not None  # _start_learner waited for the first publish
-    version, arrays = got
-    return Start({k: v.copy() for k, v in arrays.items()}, version, path, learner,
-                 env_steps=int(meta.get("env_steps", 0)), episodes=int(meta.get("episodes", 0)),
-                 acting_rng=meta.get("acting_rng"), release=lock.close)
+    learner = _start_learner(cfg, spec, ckpt, path, lock, stop)
+    try:
+        meta = ckpt["meta"] if ckpt is not None else {}
+        got = learner.pull(0)
+        assert got is not None  # _start_learner waited for the first publish
+        version, arrays = got
+
+        def abort() -> None:
+            abort_learner(learner)
+            lock.close()
+
+        return Start({k: v.copy() for k, v in arrays.items()}, version, path, learner,
+                     env_steps=int(meta.get("env_steps", 0)), episodes=int(meta.get("episodes", 0)),
+                     acting_rng=meta.get("acting_rng"), release=lock.close, abort=abort)
+    except BaseException:
+        abort_learner(learner)
+        raise
 
 
-def _start_learner(cfg: Config, spec, ckpt: dict | None, path: str | None, lock: WriterLock):
+def _start_learner(cfg: Config, spec, ckpt: dict | None, path: str | None, lock: WriterLock, stop=None):
     if cfg.learner == "process":
         from .process_learner import ProcessLearner
 
@@ -250,10 +326,17 @@ def _start_learner(cfg: Config, spec, ckpt: dict | None, path: str | None, lock:
         from .thread_learner import ThreadLearner
 
         learner = ThreadLearner(spec, ckpt, cfg.queue_size)
-    if not learner.wait_ready(timeout=300.0) or learner.snapshot.version == 0:
+    try:
+        ready = learner.wait_ready(READY_TIMEOUT_S, stop) and learner.snapshot.version > 0
+    except BaseException:  # a KeyboardInterrupt while waiting
+        abort_learner(learner)
+        raise
+    if not ready:
         st = learner.status()
-        learner.close(timeout=30.0)
-        err = st.get("start_error") or st.get("last_error") or "the learner did not start in 300 s"
+        abort_learner(learner)
+        if stop is not None and stop.is_set() and st.get("learner_alive", True):
+            raise _interrupted("the learner was starting")
+        err = st.get("start_error") or st.get("last_error") or f"the learner did not start in {READY_TIMEOUT_S:g} s"
         if st.get("start_error_kind") == "config":
             raise ConfigError(f"{err}. Nothing in {cfg.weights_dir!r} was changed.")
         if cfg.learner == "process" and not st.get("start_error") and learner.proc.exitcode == 1:

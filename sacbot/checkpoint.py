@@ -45,15 +45,32 @@ and refuses arrays that hold NaN or inf (``NonFiniteState``).
 Rotation keeps the newest step file that verifies, even when newer ones are bad, and stale-temp
 cleanup removes only temps of writers that are no longer alive.  One writer per directory is the
 caller's job: hold a ``sacbot.lock.WriterLock`` on it.
+
+A bot's files are named from its newest checkpoint's name (``step_name``, ``receipts_name``): ``sac_latest.zip`` owns
+``sac_step_<N>.zip`` and ``saves.jsonl``; any other ``<name>.zip`` owns ``<name>.step_<N>.zip`` and
+``<name>.saves.jsonl``.  Reading, rotation and receipts touch only the bot's own files, so bots kept as
+zips side by side in one folder never see each other's.  The newest checkpoint is written first and
+then copied to its step file, so a step file newer than it is never the writer's doing: it is a
+rollback (an older file copied over the newest) or a crash of a sacbot that wrote in the other order.
+A training start refuses it (``NewerStepFiles``) rather than pick a side; a step file is loaded only
+when the newest checkpoint is missing or proven corrupt.
+
+What is set aside as ``*.corrupt-*`` is only what is proven bad: a digest that does not match, a torn
+zip, bad msgpack, non-finite arrays, a training state that fails ``check_training_state``.  A file of a
+newer format (``CheckpointTooNew``), one the system will not let us read (``CheckpointUnreadable``:
+permissions, I/O errors, no file handles or memory left, not a regular file) and a sound file of other
+settings (``CheckpointMismatch``) stop loading and leave every file where it was.
 """
 
 from __future__ import annotations
 
+import errno
 import glob
 import hashlib
 import io
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -108,6 +125,25 @@ class CheckpointMismatch(CheckpointError):
 
 class NonFiniteState(CheckpointError):
     """``write_checkpoint`` refused a payload whose arrays hold NaN or inf; nothing was written."""
+
+
+class CheckpointStop(CheckpointError):
+    """The file is not proven bad, but this run cannot use it now.  Never set aside: loading stops
+    and every file stays where it was; the message says what to do."""
+
+
+class CheckpointTooNew(CheckpointStop):
+    """Written by a newer sacbot (a higher ``format_version``): upgrade sacbot to read it."""
+
+
+class CheckpointUnreadable(CheckpointStop):
+    """The system will not give us the file's bytes (permissions, I/O error, too many open files,
+    no memory, not a regular file, gone while read): the bytes may be sound."""
+
+
+class NewerStepFiles(CheckpointStop):
+    """Step files of this bot are newer than its newest checkpoint (a rollback, or a crash of a sacbot
+    that wrote the step file first): training on would write over or rotate away one of the two."""
 
 
 # --- byte cap ------------------------------------------------------------------------------
@@ -421,27 +457,85 @@ def write_checkpoint(directory: str, payload: dict, keep_last: int = 5, config: 
     when the file would be over its byte cap.  The caller should hold the directory's
     ``sacbot.lock.WriterLock``."""
     t0 = time.perf_counter()
+    check_latest_name(latest_name)
+    meta = payload.get("meta")
+    problem = training_state_problem(meta, {"spaces": spaces or {}})
+    if problem:  # its readers would set the file aside as corrupt
+        step = meta.get("grad_steps") if isinstance(meta, dict) else None
+        raise CheckpointError(f"refusing to save step {_shown(step)}: its training state is not one a resume can "
+                              f"use ({problem}); nothing was written, the checkpoints in {directory!r} are kept")
     os.makedirs(directory, exist_ok=True)
     entries, manifest = _encode(payload, config, spaces, cache)
     _check_writable(directory, payload, manifest)
     step = manifest["step"]
-    step_path = os.path.join(directory, f"sac_step_{step}.zip")
-    # Streamed to disk rather than assembled in memory: on the I/O thread, big in-memory copies
-    # hold the GIL and stall the training thread; file writes and reads release it.
-    atomic_write(step_path, lambda fh: _write_zip(fh, entries, manifest))
-    size, sha = os.path.getsize(step_path), _file_sha256(step_path)
-    atomic_write(os.path.join(directory, latest_name), lambda fh: _copy_into(step_path, fh))
+    step_path = os.path.join(directory, step_name(latest_name, step))
+    latest_path = os.path.join(directory, latest_name)
+    # The newest first, then its step copy: a crash in between leaves the newest ahead of the step
+    # files, never behind them, so a step file newer than the newest is always a person's doing (a
+    # rollback) and a start can refuse it instead of silently undoing it.  Streamed to disk rather
+    # than assembled in memory: on the I/O thread, big in-memory copies hold the GIL and stall the
+    # training thread; file writes and reads release it.
+    atomic_write(latest_path, lambda fh: _write_zip(fh, entries, manifest))
+    size, sha = os.path.getsize(latest_path), _file_sha256(latest_path)
+    atomic_write(step_path, lambda fh: _copy_into(latest_path, fh))
     # The file just written comes from finite arrays with fresh digests: rotation need not re-read it.
-    rotate(directory, keep_last, verified=(step_path,))
+    rotate(directory, keep_last, verified=(step_path,), latest_name=latest_name)
     return Receipt(path=step_path, step=step, bytes=size, sha256=sha,
                    write_ms=(time.perf_counter() - t0) * 1e3,
                    entry_bytes={n: e["size"] for n, e in manifest["entries"].items()})
 
 
-def step_files(directory: str) -> list[tuple[int, str]]:
+# --- a bot's own files ------------------------------------------------------------------------
+RECEIPTS = "saves.jsonl"
+_OWNED_STEP_RE = re.compile(r"\.step_\d+\.zip$", re.IGNORECASE)
+
+
+def _stem(latest_name: str) -> str:
+    return latest_name[:-4] if latest_name.lower().endswith(".zip") else latest_name
+
+
+def step_name(latest_name: str, step: int) -> str:
+    """The step file of ``step`` for the bot whose newest checkpoint is ``latest_name``:
+    ``sac_step_<N>.zip`` for ``sac_latest.zip`` (the layout every older sacbot wrote), else
+    ``<name>.step_<N>.zip``, so bots kept side by side in one folder never share a step file."""
+    return f"sac_step_{step}.zip" if latest_name == LATEST else f"{_stem(latest_name)}.step_{step}.zip"
+
+
+def _step_re(latest_name: str) -> re.Pattern:
+    if latest_name == LATEST:
+        return STEP_RE
+    # Anchored on the whole stem: a.zip's a.step_5.zip is not aa.zip's, nor is aa.step_5.zip a's.
+    return re.compile(r"^" + re.escape(_stem(latest_name)) + r"\.step_(\d+)\.zip$")
+
+
+def receipts_name(latest_name: str = LATEST) -> str:
+    """The save receipts of the bot whose newest checkpoint is ``latest_name``."""
+    return RECEIPTS if latest_name == LATEST else f"{_stem(latest_name)}.{RECEIPTS}"
+
+
+def check_latest_name(latest_name: str) -> None:
+    """Refuse a newest-checkpoint name that is some bot's step file: every save of one of the two
+    would overwrite the other's file."""
+    if STEP_RE.match(latest_name) or _OWNED_STEP_RE.search(latest_name):
+        other = re.sub(r"[._]step_(\d+)", r"-from-step-\1", _stem(latest_name), flags=re.IGNORECASE)
+        raise ValueError(f"{latest_name!r} is the name of a step checkpoint (sac_step_<N>.zip, or <name>.step_<N>.zip "
+                         "of the bot <name>.zip), which saves overwrite; name the bot's file otherwise, e.g. "
+                         f"{other}.zip")
+
+
+def step_files(directory: str, latest_name: str = LATEST) -> list[tuple[int, str]]:
+    """(step, path) of the step files of the bot whose newest checkpoint is ``latest_name``, oldest
+    first; another bot's in the same folder are not listed.  Raises ``CheckpointUnreadable`` when the
+    folder exists but cannot be listed."""
+    pattern = _step_re(latest_name)
+    try:
+        names = os.listdir(directory) if os.path.isdir(directory) else []
+    except OSError as e:
+        raise CheckpointUnreadable(f"{directory}: cannot list the folder ({os.strerror(e.errno) if e.errno else e}); "
+                                   f"{_what_to_do(e.errno)}") from None
     out = []
-    for name in os.listdir(directory) if os.path.isdir(directory) else []:
-        m = STEP_RE.match(name)
+    for name in names:
+        m = pattern.match(name)
         if m:
             out.append((int(m.group(1)), os.path.join(directory, name)))
     return sorted(out)
@@ -455,12 +549,13 @@ def _verifies(path: str) -> bool:
         return False
 
 
-def rotate(directory: str, keep_last: int, verified: tuple[str, ...] = ()) -> list[str]:
-    """Delete the step files beyond the newest ``keep_last``, but never the newest one that
-    passes full verification (issue 14: NaN saves once rotated the last good file away).  Files
-    are verified newest first and only until one passes; ``verified`` names files known good
-    (the one just written).  Returns the deleted paths."""
-    files = [p for _, p in step_files(directory)]
+def rotate(directory: str, keep_last: int, verified: tuple[str, ...] = (), latest_name: str = LATEST) -> list[str]:
+    """Delete the step files of the bot ``latest_name`` beyond the newest ``keep_last``, but never
+    the newest one that passes full verification (issue 14: NaN saves once rotated the last good
+    file away).  Files are verified newest first and only until one passes; ``verified`` names
+    files known good (the one just written).  Another bot's step files are never touched.
+    Returns the deleted paths."""
+    files = [p for _, p in step_files(directory, latest_name)]
     doomed = files[: max(0, len(files) - keep_last)]
     if not doomed:
         return []
@@ -512,9 +607,10 @@ def remove_stale_temps(directory: str) -> list[str]:
     return removed
 
 
-def append_receipt(directory: str, record: dict) -> None:
-    """One line of saves.jsonl; a failure never turns a good save into a failure."""
-    append_jsonl(os.path.join(directory, "saves.jsonl"), record)
+def append_receipt(directory: str, record: dict, latest_name: str = LATEST) -> None:
+    """One line of the bot's receipts (``receipts_name``: saves.jsonl for sac_latest.zip); a failure
+    never turns a good save into a failure."""
+    append_jsonl(os.path.join(directory, receipts_name(latest_name)), record)
 
 
 # --- loading -------------------------------------------------------------------------
@@ -545,6 +641,16 @@ def _read_manifest(zf: zipfile.ZipFile, path: str) -> dict:
     if not isinstance(manifest, dict) or manifest.get("format", FORMAT) != FORMAT:
         fmt = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise CheckpointError(f"{path}: not a sacbot checkpoint (format {fmt!r})")
+    # Before any other check: a newer format may lay its manifest out otherwise, and it is not damage.
+    version = manifest.get("format_version", 1)  # SPEC: a missing version means 1
+    if not _int_at_least(version, 1):
+        raise CheckpointError(f"{path}: manifest format_version = {version!r}, expected an integer >= 1 (corrupt)")
+    if version > FORMAT_VERSION:
+        raise CheckpointTooNew(
+            f"{path}: written by a newer sacbot ({manifest.get('sacbot_version', 'unknown')!s:.40}, checkpoint format "
+            f"version {version}); this sacbot {_sacbot_version()} reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}. Upgrade sacbot (pip install -U sacbot) to go on with this bot, "
+            "or pass another --weights-path for a new one")
     # The manifest is not under a hash of its own (it holds the entries' hashes), so what readers
     # take from it directly is checked here: a resume, `sacbot inspect` and the tools use these.
     for key in ("config", "spaces"):
@@ -568,12 +674,26 @@ def read_checkpoint(path: str, entries: tuple[str, ...] | None = None, cap: int 
     way never over ``MAX_CHECKPOINT_BYTES``.  A run that resumes should not pass a cap from its
     own config: a file from a bigger ``--buffer-size`` is a changed setting, not a corrupt file."""
     try:
-        return _read_checkpoint(path, entries, cap)
+        ckpt = _read_checkpoint(path, entries, cap)
+        if entries is None or "training" in entries:
+            check_training_state(ckpt, path, replay_read=entries is None or "replay" in entries)
+        return ckpt
     except CheckpointError:
         raise
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, KeyError,
-            TypeError, IndexError, OverflowError, MemoryError, zstandard.ZstdError, MessageError,
-            NotImplementedError, RuntimeError, AttributeError) as e:
+    except MemoryError:
+        raise CheckpointUnreadable(f"{path}: out of memory while reading it; {_what_to_do(errno.ENOMEM)}") from None
+    except OSError as e:
+        if e.errno not in _BAD_BYTES_ERRNOS:  # the system's reason, not the bytes'
+            why = os.strerror(e.errno) if e.errno else str(e)
+            raise CheckpointUnreadable(f"{path}: cannot be read ({why}); {_what_to_do(e.errno)}") from None
+        raise CheckpointError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
+    except zstandard.ZstdError as e:
+        if "memory" in str(e).lower():  # zstd could not allocate its buffers
+            raise CheckpointUnreadable(f"{path}: out of memory while reading it ({e}); "
+                                       f"{_what_to_do(errno.ENOMEM)}") from None
+        raise CheckpointError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, KeyError, TypeError, IndexError,
+            OverflowError, MessageError, NotImplementedError, RuntimeError, AttributeError, RecursionError) as e:
         raise CheckpointError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
 
 
@@ -608,15 +728,42 @@ def _check_declared(path: str, by_name: dict[str, zipfile.ZipInfo], declared: di
 
 def _check_regular(path: str) -> None:
     # Opening a FIFO blocks until a writer comes, and a signal does not interrupt it (Python retries
-    # the open): a run or eval would hang on one, killable only by SIGKILL.
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        raise CheckpointError(f"{path}: not a regular file (a FIFO, device or socket); a checkpoint is a zip file")
+    # the open): a run or eval would hang on one, killable only by SIGKILL.  Not bad bytes either: a
+    # directory or FIFO someone put there is left where it is, and loading stops.
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO, device or socket"
+        raise CheckpointUnreadable(f"{path}: is {kind}, not a regular file (a checkpoint is a zip file); move it "
+                                   "out of the way (or rename it) and start again")
+
+
+# Why the system would not give us a file's bytes, and what to do about it.  Any other errno is
+# reported with the generic advice; EINVAL alone is taken as bad bytes (a seek to a negative offset
+# that a torn zip declares).
+_ERRNO_ADVICE = {
+    errno.EACCES: "give this user read access to it (and to its folder), or run as its owner",
+    errno.EPERM: "give this user read access to it (and to its folder), or run as its owner",
+    errno.ENOENT: "it was moved or deleted while it was being read; start again",
+    errno.EIO: "the disk reported an I/O error; check the disk (dmesg) and copy the file elsewhere",
+    errno.EMFILE: "this process has too many open files; raise the limit (ulimit -n) and start again",
+    errno.ENFILE: "the system has too many open files; close some programs and start again",
+    errno.ENOMEM: "the system is out of memory; free some and start again",
+    errno.ENOBUFS: "the system is out of memory; free some and start again",
+}
+_BAD_BYTES_ERRNOS = {errno.EINVAL}
+
+
+def _what_to_do(code: int | None) -> str:
+    return _ERRNO_ADVICE.get(code, "fix the cause and start again")  # type: ignore[arg-type]
 
 
 def _read_checkpoint(path: str, entries: tuple[str, ...] | None, cap_arg: int | None) -> dict:
     _check_regular(path)
     with zipfile.ZipFile(path) as zf:
         infos = zf.infolist()
+        if "manifest.json" not in {i.filename for i in infos}:
+            raise CheckpointError(f"{path}: no manifest.json")
+        manifest = _read_manifest(zf, path)  # first: a newer format stops here, whatever else it holds
         if len(infos) > MAX_ENTRIES:
             raise CheckpointError(f"{path}: {len(infos)} zip entries, at most {MAX_ENTRIES} expected")
         by_name = {}
@@ -625,11 +772,8 @@ def _read_checkpoint(path: str, entries: tuple[str, ...] | None, cap_arg: int | 
             if not _SAFE_NAME.match(n) or n.startswith(".") or ".." in n:
                 raise CheckpointError(f"{path}: unsafe entry name {n!r}")
             by_name[n] = info
-        if "manifest.json" not in by_name:
-            raise CheckpointError(f"{path}: no manifest.json")
-        manifest = _read_manifest(zf, path)
         cap = byte_cap_for(manifest, cap_arg)
-        version = manifest.get("format_version", 1)  # SPEC: a missing version means 1
+        version = manifest.get("format_version", 1)  # _read_manifest checked it: an int in 1..FORMAT_VERSION
         if version == 1:
             from .migrations import read_v1
             return {**read_v1(path, zf, manifest, by_name, cap), "byte_cap": cap}
@@ -706,6 +850,215 @@ def _check_finite(arrays: dict[str, np.ndarray], path: str) -> None:
     for k, a in arrays.items():
         if a.dtype.kind == "f" and not np.isfinite(a).all():
             raise CheckpointError(f"{path}: {k} holds non-finite values")
+
+
+# --- the training state, validated like the arrays ---------------------------------------------
+# What a resume takes from the "training" entry's meta: TrainingState.load_payload
+# (sacbot/training.py), the learner's load_state (sacbot/sac.py), the replay's load
+# (sacbot/replay.py) and the acting side's noise state (sacbot/agent.py, acting_rng).  A value a
+# resume could not use, or would carry on with (NaN, a negative counter, an RNG state of another
+# shape), makes the file invalid here, for `sacbot inspect` and for a resume alike, and a writer
+# refuses to write it: otherwise every start fails with a traceback, or the final save writes the
+# bad value back.
+COUNTER_MAX = 2**63 - 1  # counters are int64 wherever numpy meets them
+SOURCE_LIMIT = 2**31  # replay sources, as sacbot.replay.SequenceReplay.add takes them
+QUANT_PHASES = ("off", "calibrating", "training")  # sacbot.quant.PHASE_NAMES (torch: not imported here)
+MAX_RNG_STATE_CHARS = 4096  # a PCG64 state is ~180 characters of JSON
+_REPLAY_KINDS = {"obs": "f", "next_obs": "f", "act": "f", "rew": "f", "terminated": "b", "truncated": "b",
+                 "episode": "iu", "source": "iu", "prev": "iu", "next": "iu"}
+_REPLAY_LINKS = ("source", "prev", "next")  # absent from checkpoints older than many-source replay
+
+
+def _is_int(v, lo: int = 0, hi: int = COUNTER_MAX) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def _shown(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _rng_state_problem(key: str, text) -> str | None:
+    """Why ``text`` is not the JSON of a numpy default generator's state, or None.  Checked
+    field by field (numpy's setter takes 1.5 or True for an integer) and then by numpy itself."""
+    if not isinstance(text, str) or len(text) > MAX_RNG_STATE_CHARS:
+        return f"{key} = {_shown(text)}, expected the JSON text of a numpy generator state"
+    try:
+        state = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        return f"{key} is not JSON ({e})"
+    ref = np.random.default_rng(0).bit_generator
+    name = type(ref).__name__
+    inner = state.get("state") if isinstance(state, dict) else None
+    if (not isinstance(state, dict) or state.get("bit_generator") != name or not isinstance(inner, dict)
+            or set(inner) != set(ref.state["state"]) or not all(_is_int(v, 0, 2**128 - 1) for v in inner.values())
+            or not _is_int(state.get("has_uint32"), 0, 1) or not _is_int(state.get("uinteger"), 0, 2**32 - 1)):
+        return f"{key} = {_shown(text)}, expected a {name} state (integer state and inc, has_uint32 0 or 1, uinteger)"
+    try:
+        ref.state = state
+    except (TypeError, ValueError, KeyError, OverflowError) as e:
+        return f"{key} is refused by numpy ({e})"
+    return None
+
+
+def _learner_problem(lm, spaces: dict) -> str | None:
+    if not isinstance(lm, dict):
+        return f"learner = {_shown(lm)}, expected a table of updates, quant_phase, obs_dim, act_dim"
+    if not _is_int(lm.get("updates")):
+        return f"learner.updates = {_shown(lm.get('updates'))}, expected an integer >= 0"
+    if "quant_phase" in lm and lm["quant_phase"] not in QUANT_PHASES:
+        return f"learner.quant_phase = {_shown(lm['quant_phase'])}, expected one of {', '.join(QUANT_PHASES)}"
+    for key in ("obs_dim", "act_dim"):
+        v = lm.get(key)
+        if not _is_int(v, 1):
+            return f"learner.{key} = {_shown(v)}, expected an integer >= 1"
+        if key in spaces and spaces[key] != v:
+            return f"learner.{key} = {v}, but the manifest's spaces say {key} = {spaces[key]}"
+    return None
+
+
+def _opponents_problem(meta: dict) -> str | None:
+    from .messages import MAX_OPPONENT_CHARS
+
+    def bad_name(v) -> bool:
+        return not isinstance(v, str) or len(v) > MAX_OPPONENT_CHARS
+
+    if "opponents" in meta:
+        pairs = meta["opponents"]
+        if not isinstance(pairs, list):
+            return f"opponents = {_shown(pairs)}, expected a list of [source, opponent] pairs"
+        seen = set()
+        for pair in pairs:
+            if (not isinstance(pair, list | tuple) or len(pair) != 2 or not _is_int(pair[0], 0, SOURCE_LIMIT - 1)
+                    or bad_name(pair[1]) or pair[0] in seen):
+                return (f"opponents holds {_shown(pair)}, expected [source, opponent]: a source in "
+                        f"[0, 2**31) once, an opponent name of at most {MAX_OPPONENT_CHARS} characters")
+            seen.add(pair[0])
+    elif meta.get("opponent") is not None and bad_name(meta["opponent"]):
+        return f"opponent = {_shown(meta['opponent'])}, expected a name of at most {MAX_OPPONENT_CHARS} characters"
+    return None
+
+
+def _replay_meta_problem(r) -> tuple[str | None, int]:
+    """(why the replay meta cannot be loaded or None, the rows it says are stored)."""
+    if not isinstance(r, dict):
+        return f"replay = {_shown(r)}, expected a table", 0
+    cap, head, size = r.get("capacity"), r.get("head"), r.get("size")
+    if not (_is_int(cap, 1) and _is_int(head) and _is_int(size)):
+        return (f"replay capacity, head, size = {_shown(cap)}, {_shown(head)}, {_shown(size)}, expected integers "
+                "(capacity >= 1)"), 0
+    if not (size <= cap and head < cap and size in (head, cap)):
+        return (f"replay capacity {cap}, head {head}, size {size} do not fit a ring (0 <= head < capacity, "
+                "size is head or capacity)"), 0
+    stored = cap if size == cap else head
+    if "sources" in r:
+        if not _is_int(r.get("next_episode")):
+            return f"replay next_episode = {_shown(r.get('next_episode'))}, expected an integer >= 0", stored
+        srcs = r["sources"]
+        if not isinstance(srcs, list):
+            return f"replay sources = {_shown(srcs)}, expected a list of [source, episode, row]", stored
+        seen = set()
+        for t in srcs:
+            if (not isinstance(t, list | tuple) or len(t) != 3 or not _is_int(t[0], 0, SOURCE_LIMIT - 1)
+                    or not _is_int(t[1]) or not _is_int(t[2], -1, stored - 1) or t[0] in seen):
+                return (f"replay sources holds {_shown(t)}, expected [source in [0, 2**31) once, episode >= 0, "
+                        f"row in [-1, {stored})]"), stored
+            seen.add(t[0])
+    elif not (_is_int(r.get("current_episode")) and isinstance(r.get("episode_open"), bool)):
+        return ("replay has neither sources nor a valid current_episode (an integer >= 0) and episode_open "
+                "(a bool)"), stored
+    if "chunk_rows" in r or "chunk_gens" in r:
+        rows, gens = r.get("chunk_rows"), r.get("chunk_gens")
+        if not _is_int(rows, 1) or not isinstance(gens, list) or not all(_is_int(g) for g in gens):
+            return f"replay chunk_rows, chunk_gens = {_shown(rows)}, {_shown(gens)}, expected integers >= 0", stored
+        if len(gens) != -(-stored // rows):
+            return (f"replay chunk_gens lists {len(gens)} chunks, {stored} rows of {rows} per chunk make "
+                    f"{-(-stored // rows)}"), stored
+    return None, stored
+
+
+def _replay_arrays_problem(arrays: dict, stored: int, obs_dim: int, act_dim: int) -> str | None:
+    """The replay arrays against the meta: every row the meta states, of the right kinds and widths,
+    links that stay inside the stored rows."""
+    have = {k for k in _REPLAY_KINDS if f"replay.{k}" in arrays}
+    links = have & set(_REPLAY_LINKS)
+    if stored == 0:
+        return None if not have else "replay arrays are present, but the replay meta says no rows are stored"
+    missing = [k for k in _REPLAY_KINDS if k not in _REPLAY_LINKS and k not in have]
+    if missing or links not in (set(), set(_REPLAY_LINKS)):
+        absent = (missing or sorted(set(_REPLAY_LINKS) - links))[0]
+        return f"replay meta says {stored} rows are stored, but replay.{absent} is missing"
+    width = {"obs": obs_dim, "next_obs": obs_dim, "act": act_dim}
+    for k in sorted(have):
+        a = arrays[f"replay.{k}"]
+        want = (stored, width[k]) if k in width else (stored,)
+        if a.shape != want or a.dtype.kind not in _REPLAY_KINDS[k]:
+            return (f"replay.{k} has shape {a.shape} and dtype {a.dtype}, expected shape {want} of kind "
+                    f"{_REPLAY_KINDS[k]}")
+    ep = arrays["replay.episode"]
+    if ep.size and ep.min() < -1:
+        return f"replay.episode holds {ep.min()}, expected -1 (no row) or an episode >= 0"
+    if links:
+        src = arrays["replay.source"]
+        if src.size and (src.min() < 0 or src.max() >= SOURCE_LIMIT):
+            return "replay.source holds a source outside [0, 2**31)"
+        for k in ("prev", "next"):
+            a = arrays[f"replay.{k}"]
+            if a.size and (a.min() < -1 or a.max() >= stored):
+                return f"replay.{k} links to row {a.min() if a.min() < -1 else a.max()}, outside [-1, {stored})"
+    return None
+
+
+def training_state_problem(meta, manifest: dict | None = None, arrays: dict | None = None,
+                           replay_read: bool = False) -> str | None:
+    """Why a resume could not use this training meta, or None.  ``manifest`` (its step, env_steps and
+    spaces) must agree with it; ``arrays``, when given, are checked where the meta describes them (the
+    torch RNG; the replay rows too when ``replay_read``, i.e. the replay entries were read)."""
+    if not isinstance(meta, dict):
+        return f"meta = {_shown(meta)}, expected a table"
+    for key in ("grad_steps", "env_steps", "episodes") + (("passes",) if "passes" in meta else ()):
+        if not _is_int(meta.get(key)):
+            return f"{key} = {_shown(meta.get(key))}, expected an integer in [0, 2**63)"
+    carry = meta.get("utd_carry")
+    if not isinstance(carry, int | float) or isinstance(carry, bool) or not math.isfinite(carry) or carry < 0:
+        return f"utd_carry = {_shown(carry)}, expected a finite number >= 0 (gradient steps owed)"
+    for key in ("rng_numpy",) + (("acting_rng",) if "acting_rng" in meta else ()):
+        problem = _rng_state_problem(key, meta.get(key))
+        if problem:
+            return problem
+    problem = _opponents_problem(meta)
+    if problem:
+        return problem
+    manifest = manifest or {}
+    spaces = manifest.get("spaces") if isinstance(manifest.get("spaces"), dict) else {}
+    lm = meta.get("learner")
+    problem = _learner_problem(lm, spaces)
+    if problem:
+        return problem
+    for key, mkey in (("grad_steps", "step"), ("env_steps", "env_steps")):
+        if mkey in manifest and manifest[mkey] != meta[key]:
+            return f"{key} = {meta[key]}, but the manifest says {mkey} = {manifest[mkey]}"
+    if arrays is not None and "rng.torch" in arrays:
+        a = arrays["rng.torch"]
+        if a.dtype != np.uint8 or a.ndim != 1:
+            return f"rng.torch has dtype {a.dtype} and shape {a.shape}, expected a 1-D uint8 generator state"
+    if "replay" in meta:
+        problem, stored = _replay_meta_problem(meta["replay"])
+        if problem:
+            return problem
+        if arrays is not None and replay_read:
+            return _replay_arrays_problem(arrays, stored, lm["obs_dim"], lm["act_dim"])
+    return None
+
+
+def check_training_state(ckpt: dict, path: str, replay_read: bool = True) -> None:
+    """Raise CheckpointError, the file's fault, unless its training state is one a resume can use
+    (``training_state_problem``).  ``read_checkpoint`` calls it whenever it reads the training entry,
+    so `sacbot inspect` and a resume refuse the same files."""
+    problem = training_state_problem(ckpt["meta"], ckpt["manifest"], ckpt["arrays"], replay_read)
+    if problem:
+        raise CheckpointError(f"{path}: training state: {problem} (corrupt: a sacbot writer refuses to write "
+                              "this)")
 
 
 # Config fields whose change makes a saved learner mean something else, with why.  Every other
@@ -819,53 +1172,68 @@ def set_aside(path: str) -> str:
 
 
 def candidates(directory: str, latest_name: str = LATEST) -> list[str]:
-    """Files to try, newest first: sac_latest.zip, then step files by step; but step files newer
-    than sac_latest.zip go before it (a crash between writing the step file and copying it to
-    sac_latest.zip leaves the latter one save behind)."""
-    steps = step_files(directory)[::-1]
+    """Files to try, in order: the bot's newest checkpoint (``latest_name``), then its own step files,
+    newest first (only when the newest is missing or proven corrupt).  Another bot's files in the
+    same folder are never listed."""
+    steps = [p for _, p in step_files(directory, latest_name)[::-1]]
     latest = os.path.join(directory, latest_name)
-    if not os.path.exists(latest):
-        return [p for _, p in steps]
-    at = _manifest_step(latest)
-    return [p for n, p in steps if at is not None and n > at] + [latest] + \
-        [p for n, p in steps if at is None or n <= at]
+    return ([latest] if os.path.exists(latest) else []) + steps
 
 
-def _manifest_step(path: str) -> int | None:
-    """The step in a checkpoint's manifest, or None if it cannot be read (the full check comes later)."""
-    try:
-        _check_regular(path)
-        with zipfile.ZipFile(path) as zf:
-            step = _read_manifest(zf, path).get("step")
-        return int(step) if isinstance(step, int) else None
-    except (CheckpointError, OSError, zipfile.BadZipFile, KeyError, ValueError, AttributeError, EOFError):
-        return None
+def _refuse_newer_steps(directory: str, latest_name: str, ckpt: dict) -> None:
+    """Raise NewerStepFiles when this bot has step files newer than its newest checkpoint."""
+    at = ckpt["manifest"].get("step", 0)
+    newer = [(n, p) for n, p in step_files(directory, latest_name) if n > at]
+    if not newer:
+        return
+    names = [os.path.basename(p) for _, p in newer]
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    raise NewerStepFiles(
+        f"{os.path.join(directory, latest_name)} holds step {at}, but this bot has newer step files: {shown}. "
+        "Training on would write over or rotate away one of the two, so sacbot does not choose. To go on "
+        f"from {latest_name} (a rollback), move the newer step files out of {directory!r} (for example into a "
+        f"folder rolled-back/ inside it); to go on from the newest, copy {names[-1]} over {latest_name}")
 
 
 def load_latest(directory: str, expect: dict | None = None, entries: tuple[str, ...] | None = None,
-                log=print, set_aside_bad: bool = True, latest_name: str = LATEST) -> tuple[dict, str] | None:
-    """Load the newest valid checkpoint; set aside each file that fails, try the next.
-    Returns (checkpoint, path) or None when there is no file or none is valid.  A sound file
-    that does not fit ``expect`` raises CheckpointMismatch and changes nothing: the run's
-    settings are wrong, not the file, and an older step file of the same bot would not fit
-    either.  Its ``set_aside`` lists the damaged files moved aside before it was found."""
+                log=print, set_aside_bad: bool = True, latest_name: str = LATEST,
+                refuse_newer_steps: bool = True) -> tuple[dict, str] | None:
+    """Load the bot's newest valid checkpoint (``candidates``); set aside each file proven corrupt,
+    try the next.  Returns (checkpoint, path) or None when there is no file or none is valid.
+
+    Loading stops, changing nothing more, on a file that is not proven bad: a sound file that does
+    not fit ``expect`` raises CheckpointMismatch (the run's settings are wrong, not the file, and an
+    older step file of the same bot would not fit either); a newer format, a file the system will not
+    let us read, and (with ``refuse_newer_steps``, for a run that will write) step files newer than
+    the newest checkpoint raise a ``CheckpointStop``.  Either exception's ``set_aside`` lists the
+    damaged files moved aside before it."""
     moved: list[str] = []
-    for path in candidates(directory, latest_name):
-        try:
-            ckpt = read_checkpoint(path, entries)
-            if expect:
-                check_shapes(ckpt, expect, path)
-            log(f"sacbot: loaded checkpoint {path} (step {ckpt['manifest'].get('step')})")
-            return ckpt, path
-        except CheckpointMismatch as e:
-            e.set_aside = moved  # so a message does not say "nothing was changed" after a rename
-            raise
-        except CheckpointError as e:
-            msg = f"sacbot: checkpoint {path} is not usable: {e}"
-            if set_aside_bad:
-                moved.append(set_aside(path))
-                msg += f"; kept aside as {os.path.basename(moved[-1])}"
-            log(msg)
+    latest = os.path.join(directory, latest_name)
+    try:
+        for path in candidates(directory, latest_name):
+            try:
+                ckpt = read_checkpoint(path, entries)
+                if expect:
+                    check_shapes(ckpt, expect, path)
+                if refuse_newer_steps and path == latest:
+                    _refuse_newer_steps(directory, latest_name, ckpt)
+                log(f"sacbot: loaded checkpoint {path} (step {ckpt['manifest'].get('step')})")
+                return ckpt, path
+            except (CheckpointMismatch, CheckpointStop):
+                raise
+            except CheckpointError as e:
+                msg = f"sacbot: checkpoint {path} is not usable: {e}"
+                if set_aside_bad:
+                    try:
+                        moved.append(set_aside(path))
+                    except OSError as err:
+                        raise CheckpointUnreadable(f"{e}; it could not be moved aside ({err.strerror or err}): "
+                                                   f"{_what_to_do(err.errno)}") from None
+                    msg += f"; kept aside as {os.path.basename(moved[-1])}"
+                log(msg)
+    except (CheckpointMismatch, CheckpointStop) as e:
+        e.set_aside = moved  # so a message does not say "nothing was changed" after a rename
+        raise
     return None
 
 

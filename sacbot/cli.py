@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 
+from . import __version__
 from .config import ConfigError, add_arguments, from_args
 
 EXIT_SAVE_FAILED = 3  # the run ended, but its final checkpoint could not be written
@@ -23,6 +24,7 @@ EXIT_SAVE_FAILED = 3  # the run ended, but its final checkpoint could not be wri
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sacbot", description="Bots that learn while they play.")
+    p.add_argument("--version", action="version", version=f"sacbot {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     for name, help_ in (("run", "play and learn; resumes from the weights path"),
                         ("eval", "evaluate the newest checkpoint (eval mode: nothing is saved)")):
@@ -97,7 +99,7 @@ def cmd_run(args, eval_mode: bool) -> int:
 
     sink = start_sink(cfg)  # None without --tensorboard; without the extra a config error (exit 2)
     # Imported after the checks: torch takes seconds to import, a bad setting should not wait.
-    from .agent import AgentError, summary
+    from .agent import AgentError, AgentInterrupted, summary
     from .driver import drive
     from .messages import MessageError
 
@@ -106,6 +108,9 @@ def cmd_run(args, eval_mode: bool) -> int:
     signals.install()
     try:
         report = drive(cfg, stop)
+    except AgentInterrupted as e:  # the signal came while the bot was starting
+        print(f"sacbot: {e}", file=sys.stderr)
+        return 128 + (signals.signum or signal.SIGINT)
     except AgentError as e:
         print(f"sacbot: {e}", file=sys.stderr)
         return 1
@@ -152,18 +157,26 @@ def cmd_run(args, eval_mode: bool) -> int:
         return 1
     if not final.get("ok"):
         # The runner (and any script) must not take lost work for a finished run.
-        print(f"sacbot: the final checkpoint was NOT written ({final.get('error', 'unknown')}); "
-              f"the newest checkpoint in {cfg.weights_path!r} is older than this run's work",
-              file=sys.stderr)
+        if final.get("timed_out"):
+            print(f"sacbot: {final.get('error')}: the bot did not wait longer (--final-save-timeout "
+                  f"{final.get('deadline_s', cfg.final_save_timeout):g}); the newest checkpoint in "
+                  f"{cfg.weights_path!r} may be older than this run's work", file=sys.stderr)
+        else:
+            print(f"sacbot: the final checkpoint was NOT written ({final.get('error', 'unknown')}); "
+                  f"the newest checkpoint in {cfg.weights_path!r} is older than this run's work",
+                  file=sys.stderr)
         return EXIT_SAVE_FAILED
     return 0
 
 
 def cmd_inspect(args) -> int:
-    from .checkpoint import ABSENT_MEANS, CheckpointError, read_checkpoint
+    from .checkpoint import ABSENT_MEANS, CheckpointError, CheckpointStop, read_checkpoint
 
     try:
-        ck = read_checkpoint(args.file)
+        ck = read_checkpoint(args.file)  # every entry, the training state included: what a resume refuses
+    except CheckpointStop as e:  # not proven bad: a newer format, or the system would not let us read it
+        print(f"cannot verify: {e}")
+        return 1
     except CheckpointError as e:
         print(f"invalid: {e}")
         return 1

@@ -31,6 +31,13 @@ ALIASES = {"SACLSTM_UTD_RATIO": "utd_ratio", "SACLSTM_BATCH_SIZE": "batch_size",
 # numpy and torch both take seeds up to 2**64 - 1, and sacbot adds offsets to the seed
 # (seed + 7919, seed + 1 + updates, seed + episode); 2**63 - 1 leaves them room.
 MAX_SEED = 2**63 - 1
+# Counts and intervals (steps, episodes, save_interval, ...): any size works as "never", but a
+# count must stay an int64, as numpy, msgpack and the JSON readers of other languages hold it.
+MAX_COUNT = 2**63 - 1
+# The most gradient steps one env step may owe: one training pass takes at most this many
+# (sacbot.training.MAX_PASS_STEPS, kept equal by a test).  Above it each lockstep step would leave
+# steps owed that pile up without bound, and a resume would carry the pile.
+MAX_UTD_RATIO = 256
 log = logging.getLogger("sacbot")
 
 
@@ -53,15 +60,18 @@ class Config:
     seed: int = _f(0, "Seed for the env, replay sampling, network init and action noise; at most "
                       "2**63 - 1, which numpy and torch both take with the offsets sacbot adds.",
                    min=0, max=MAX_SEED)
-    steps: int = _f(0, "Stop after this many env steps in this run; a resumed run counts from 0 (0: no limit).", min=0)
-    episodes: int = _f(0, "Stop after this many episodes (0: no limit).", min=0)
+    steps: int = _f(0, "Stop after this many env steps in this run; a resumed run counts from 0 (0: no limit).", min=0,
+                    max=MAX_COUNT)
+    episodes: int = _f(0, "Stop after this many episodes (0: no limit).", min=0, max=MAX_COUNT)
     episodes_per_opponent: int = _f(0, "Stop once every opponent of the env's schedule has had this many "
-                                       "episodes (0: off); for evals of multi-opponent envs.", min=0)
+                                       "episodes (0: off); for evals of multi-opponent envs.", min=0,
+                                   max=MAX_COUNT)
     pace: str = _f("free", "free: as fast as possible; realtime: fixed tick clock at --tps; "
                            "lockstep: acting waits for the learner's owed updates "
                            "(deterministic, for sample-efficiency comparisons).",
                    choices=("free", "realtime", "lockstep"))
-    tps: float = _f(30.0, "Ticks per second in realtime pace.", min=1e-3)
+    # 100,000: a 10 us tick, shorter than act() itself; past it realtime pace is free pace.
+    tps: float = _f(30.0, "Ticks per second in realtime pace.", min=1e-3, max=100_000.0)
     eval_mode: bool = _f(False, "Eval mode: deterministic actions, nothing sent to the learner, "
                                 "nothing saved.", flag="--eval")
     run_dir: str = _f("runs/default", "Directory for status.json, metrics and episode logs.")
@@ -74,15 +84,19 @@ class Config:
     # with a MemoryError or torch crashes, so a clear error up front is kinder.
     # hidden 4096: each LSTM holds 4h(h + in) weights, ~64M at 4096, times actor, critic,
     # target and Adam's two moments: gigabytes already.
-    hidden: int = _f(64, "LSTM hidden size of actor and critic.", min=1, max=4096, group="learner")
+    # hidden 1024: the learner's arrays (~67M floats at 1024: actor, critic, target, Adam's moments)
+    # fit sacbot's 1 GiB checkpoint cap with the default replay; at 2048 no checkpoint would fit
+    # whatever the other settings, so the bot could never be saved.
+    hidden: int = _f(64, "LSTM hidden size of actor and critic (at most 1024).", min=1, max=1024, group="learner")
     batch_size: int = _f(16, "Sequences per gradient step (B).", min=1, max=4096, group="learner")
     seq_len: int = _f(32, "Steps per sampled sequence (L).", min=1, max=1024, group="learner")
     burn_in: int = _f(0, "Steps before each sequence used only to warm the recurrent state.",
                       min=0, max=1024, group="learner")
-    utd_ratio: float = _f(1.0, "Gradient steps per transition received; may be fractional.",
-                          min=0.0, group="learner")
+    utd_ratio: float = _f(1.0, "Gradient steps per transition received; may be fractional (0: store "
+                                "without training; at most 256, what one training pass takes).",
+                          min=0.0, max=MAX_UTD_RATIO, group="learner")
     learning_starts: int = _f(1000, "Transitions in the buffer before the first gradient step.",
-                              min=0, group="learner")
+                              min=0, max=10_000_000, group="learner")  # what the largest buffer holds
     # 10M rows: ~3 GB preallocated at TankDuel's 35-float observation (obs and next_obs).
     buffer_size: int = _f(100_000, "Replay capacity in transitions (at most 10,000,000).", min=1,
                           max=10_000_000, group="learner")
@@ -92,12 +106,14 @@ class Config:
                         "The memoryless control's sequences are one step long, so it keeps 1.",
                      min=1, max=1024, group="learner")
     tau: float = _f(0.005, "Polyak rate of the target critic.", min=0.0, max=1.0, group="learner")
-    lr: float = _f(3e-4, "Adam learning rate of actor, critic and temperature.", min=0.0,
+    # Adam moves each weight by about lr per step: at 10 the critic's gradients overflowed within
+    # 7 steps (Pendulum-v1); 1 still trained.
+    lr: float = _f(3e-4, "Adam learning rate of actor, critic and temperature (at most 1).", min=0.0, max=1.0,
                    group="learner")
     init_alpha: float = _f(1.0, "Initial entropy temperature (learned from there). 1.0 (SB3's default) "
                                 "suits dense-reward envs such as Pendulum-v1; TankDuel's preset sets 0.02, "
                                 "its rewards being small next to the entropy bonus.", min=1e-8,
-                           group="learner")
+                           max=1e6, group="learner")
     # The ceiling: no policy squashed into [-1, 1] has more entropy per dimension than the uniform
     # one, log 2 = 0.69; at a target above that the temperature would grow without bound.
     target_entropy_per_dim: float = _f(-1.0, "Entropy the temperature holds the policy at, per action dimension "
@@ -122,28 +138,40 @@ class Config:
                             "training that the actor, and so the deployed policy, never sees (an asymmetric "
                             "critic). An env that declares such values (its critic_obs attribute, e.g. "
                             "sacbot/TankDuelRadar-v1's true enemy state) sets this itself.", min=0,
-                         group="learner")
+                         max=MAX_COUNT, group="learner")
     quant: str = _f("on", "Quantization-aware actor (on) or plain fp32 (off).",
                     choices=("on", "off"), group="learner")
     quant_bits: int = _f(8, "Bits of the quantized actor's weights and inputs.", min=3, max=8,
                          group="learner")
     calib_updates: int = _f(500, "Updates observed in fp32 before fake quantization starts.",
-                            min=1, group="learner")
+                            min=1, max=MAX_COUNT, group="learner")
     device: str = _f("cpu", "Torch device of the learner (cpu, cuda, cuda:N).", group="learner")
     # 256: torch segfaulted at 100000 (issue 14); no machine sacbot targets has more cores.
     torch_threads: int = _f(1, "Torch intra-op threads of the learner (at most 256).", min=1, max=256,
                             group="learner")
+    # Measured with one other CPU-bound process on a 2-core machine: at the bot's own priority
+    # the learner preempted the acting thread for a whole scheduler tick (~4 ms) in 0.25-0.5% of
+    # act() calls; at +10 in 0.03-0.07% (docs/design.md, "Who gets the CPU").
+    learner_nice: int = _f(10, "Niceness the learner adds to its own thread or process, so that acting wins "
+                               "the CPU when both are runnable (0 to 19; 0 keeps the bot's priority). Linux "
+                               "sets it per thread; elsewhere only a process learner gets it.",
+                           min=0, max=19, group="learner")
     # --- runtime -------------------------------------------------------------------
     learner: str = _f("thread", "Where the learner runs: thread (in the bot's process) or process (a child process: "
                                 "acting gets an interpreter of its own, no GIL shared with training).",
                       choices=("thread", "process"), group="runtime")
     queue_size: int = _f(256, "Capacity of the acting-to-training queue.", min=1, max=1_000_000,
                          group="runtime")
+    final_save_timeout: float = _f(300.0, "Seconds a close (the end of a run, SIGINT/SIGTERM) waits for the "
+                                          "learner's final save. Past them the bot exits anyway (code 3, saying "
+                                          "the final save was not confirmed; a learner process is killed) and "
+                                          "the next start goes on from the last confirmed save.",
+                                   min=1.0, max=86400.0, group="runtime")
     opponent_policy: str = _f("clear", "Replay policy when the opponent changes.",
                               choices=("clear", "keep"), group="runtime")
-    save_interval: int = _f(5000, "Offer a checkpoint every N gradient steps.", min=1,
+    save_interval: int = _f(5000, "Offer a checkpoint every N gradient steps.", min=1, max=MAX_COUNT,
                             group="runtime")
-    keep_last: int = _f(5, "Step-named checkpoints kept besides sac_latest.zip.", min=0,
+    keep_last: int = _f(5, "Step-named checkpoints kept besides sac_latest.zip.", min=0, max=MAX_COUNT,
                         group="runtime")
     save_replay: bool = _f(True, "Store the replay buffer in checkpoints for exact resume.",
                            group="runtime")
@@ -261,8 +289,15 @@ class Config:
         return os.path.join(self.weights_dir, self.latest_name)
 
     @property
+    def _own_prefix(self) -> str:
+        """'' for sac_latest.zip; ``<name>.`` for a bot kept as any other ``<name>.zip``, so that
+        bots sharing one folder never read or overwrite each other's files."""
+        name = self.latest_name
+        return "" if name == "sac_latest.zip" else name[: -len(".zip")] + "."
+
+    @property
     def round_counter_path(self) -> str:
-        return os.path.join(self.weights_dir, "round_counter.txt")
+        return os.path.join(self.weights_dir, self._own_prefix + "round_counter.txt")
 
     @property
     def metrics_path(self) -> str:
@@ -270,7 +305,7 @@ class Config:
         parent holds it, where the original's campaign scripts read it."""
         if self.original_layout:
             parent = os.path.dirname(os.path.abspath(self.weights_dir))
-            return os.path.join(parent, "training_metrics.jsonl")
+            return os.path.join(parent, self._own_prefix + "training_metrics.jsonl")
         return os.path.join(self.run_dir, "training_metrics.jsonl")
 
 

@@ -133,9 +133,14 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None, lear
     ``learner``: a learner handle to feed instead of one of the bot's own (a shared Ray learner)."""
     stop = stop or threading.Event()
     env = make_env(cfg.env, kwargs=cfg.env_kwargs_dict())
-    cfg = with_env_critic_obs(cfg, env)
-    agent = Agent(cfg, env.observation_space, env.action_space, log=agent_log, learner=learner,
-                  env_layout=env_layout(env))
+    try:
+        cfg = with_env_critic_obs(cfg, env)
+        # The stop request reaches the Agent's own waits: the learner's start, lockstep's wait.
+        agent = Agent(cfg, env.observation_space, env.action_space, log=agent_log, learner=learner,
+                      env_layout=env_layout(env), stop=stop)
+    except BaseException:  # the Agent left nothing behind; neither does the env
+        env.close()
+        raise
     progress = Progress(not cfg.quiet, cfg.steps or None)
     period = 1.0 / cfg.tps
     misses = ticks = 0

@@ -75,12 +75,13 @@ class IOThread(threading.Thread):
             log.error("checkpoint save failed (%s); %s", err,
                       "this was the final save" if final else "the next save will try again")
             append_receipt(self.weights_dir, {"time": time.time(), "error": err,
-                                              "step": int(item["meta"].get("grad_steps", 0))})
+                                              "step": int(item["meta"].get("grad_steps", 0))}, self.latest_name)
             self._results.put({"error": err, "final": final})
             return
         saved = {"path": r.path, "step": r.step, "bytes": r.bytes, "time": time.time()}
         append_receipt(self.weights_dir, {"time": saved["time"], "path": r.path, "step": r.step,
-                                          "bytes": r.bytes, "sha256": r.sha256, "write_ms": round(r.write_ms, 2)})
+                                          "bytes": r.bytes, "sha256": r.sha256, "write_ms": round(r.write_ms, 2)},
+                       self.latest_name)
         self._results.put({"saved": saved, "final": final, "held": self.replay_cache.held()})
 
     def stop(self, timeout: float) -> bool:

@@ -25,12 +25,17 @@ The contract:
   actor, else None.  The arrays belong to the caller until its next pull.
 * ``status()`` returns the learner's last pushed status: counters, losses, device, errors.  It is
   computed by the learner from its own objects; the acting side never touches them.
-* ``wait_processed(n, timeout)`` blocks until the learner has trained on the first ``n``
-  transitions (lockstep pace only; never called from a real-time loop).
+* ``wait_processed(n, timeout, stop)`` blocks until the learner has trained on the first ``n``
+  transitions (lockstep pace only; never called from a real-time loop), or until ``stop`` (a
+  ``threading.Event``: the bot's stop request) is set: a close never waits for a slow learner.
 * ``close(acting_rng)`` sends ``Shutdown`` after the data.  The learner moves what is queued into
   its buffer without training on it, makes the final save (blocking, guaranteed unless the
   learner's state is not finite), stops its writer and exits; ``close`` returns its final status
-  with ``final_save = {"ok": bool, "path" | "error": ...}``.
+  with ``final_save = {"ok": bool, "path" | "error": ...}``.  ``timeout`` bounds the whole close:
+  a learner that does not confirm its final save by then (stopped, stuck on a slow disk) is
+  reported as such (``final_save["timed_out"]``), and a child process is killed.
+* ``abort(timeout)`` ends a learner whose bot failed to start: no final save (nothing may be
+  written by a start that failed), its threads joined and its process reaped within ``timeout``.
 
 :class:`LearnerLink` is the acting side's half that the thread and process learners share: the
 bounded outgoing queue, the local weight snapshot that acting pulls from, and the pushed status.
@@ -40,6 +45,7 @@ Nothing here imports torch.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -74,8 +80,20 @@ class Learner(Protocol):
     def pull(self, version: int) -> tuple[int, dict[str, np.ndarray]] | None: ...
     def status(self) -> dict: ...
     def drops(self) -> dict[str, int]: ...
-    def wait_processed(self, n: int, timeout: float) -> bool: ...
+    def wait_processed(self, n: int, timeout: float, stop: threading.Event | None = None) -> bool: ...
     def close(self, acting_rng: str | None = None, timeout: float = 60.0) -> dict: ...
+    def abort(self, timeout: float) -> bool: ...
+
+
+# How often a wait that a stop request may end looks at it.  A signal handler that sets the stop
+# event runs in the main thread while that thread waits here, but cannot wake the wait itself.
+STOP_POLL_S = 0.05
+
+
+def not_confirmed(timeout: float, what: str) -> dict:
+    """The ``final_save`` of a close that ran out of time: ``what`` did not happen in ``timeout`` s."""
+    return {"ok": False, "timed_out": True, "deadline_s": timeout,
+            "error": f"the final save was not confirmed within the {timeout:g} s deadline ({what})"}
 
 
 class LearnerLink:
@@ -123,18 +141,26 @@ class LearnerLink:
     def drops(self) -> dict[str, int]:
         return self.outbox.drops
 
-    def wait_ready(self, timeout: float) -> bool:
-        """Block until the learner has built itself and published its first actor (or failed)."""
-        return self.wait_for(lambda st: self.snapshot.version > 0 or not st.get("learner_alive", True), timeout)
+    def wait_ready(self, timeout: float, stop: threading.Event | None = None) -> bool:
+        """Block until the learner has built itself and published its first actor (or failed);
+        False if ``stop`` was set first."""
+        return self.wait_for(lambda st: self.snapshot.version > 0 or not st.get("learner_alive", True), timeout,
+                             stop)
 
-    def wait_for(self, predicate, timeout: float) -> bool:
-        """Block until ``predicate(status)`` holds (a test's or a tool's synchronisation)."""
+    def wait_for(self, predicate, timeout: float, stop: threading.Event | None = None) -> bool:
+        """Block until ``predicate(status)`` holds (a test's or a tool's synchronisation), at most
+        ``timeout`` s, and no longer than it takes to see ``stop`` set."""
+        deadline = time.monotonic() + timeout
         with self._cond:
-            return self._cond.wait_for(lambda: predicate(self._status), timeout)
+            while not predicate(self._status):
+                left = deadline - time.monotonic()
+                if left <= 0 or (stop is not None and stop.is_set()):
+                    return False
+                self._cond.wait(left if stop is None else min(left, STOP_POLL_S))
+            return True
 
-    def wait_processed(self, n: int, timeout: float) -> bool:
-        """Block until the learner reports ``processed >= n``; False if it died or time ran out."""
-        with self._cond:
-            return self._cond.wait_for(lambda: self._status.get("processed", 0) >= n
-                                       or not self._status.get("learner_alive", True), timeout) \
-                and self._status.get("processed", 0) >= n
+    def wait_processed(self, n: int, timeout: float, stop: threading.Event | None = None) -> bool:
+        """Block until the learner reports ``processed >= n``; False if it died, time ran out or
+        ``stop`` was set."""
+        return self.wait_for(lambda st: st.get("processed", 0) >= n or not st.get("learner_alive", True),
+                             timeout, stop) and self._status.get("processed", 0) >= n

@@ -11,6 +11,7 @@ import os
 import time
 
 from .checkpoint import atomic_write_text
+from .files import write_failed, write_ok
 
 
 def _write(path: str, text: str, durable: bool) -> None:
@@ -29,8 +30,11 @@ class RoundCounter:
         self.value += 1
         try:
             _write(self.path, f"{self.value}\n", durable=True)  # it must continue after a restart
-        except OSError:
-            pass  # a runner sees a stale counter and acts; the bot must not die of it
+        except OSError as e:
+            # A runner sees a stale counter and acts; the bot must not die of it, but says why.
+            write_failed(self.path, e, "the round counter")
+        else:
+            write_ok(self.path)
         return self.value
 
 
@@ -56,9 +60,12 @@ class Heartbeat:
         self._last = now
         try:
             _write(self.path, json.dumps(make_status(), indent=1, default=str), durable=False)
-            return True
-        except (OSError, TypeError, ValueError):
-            return False  # a runner sees a stale heartbeat and acts; the bot must not die of it
+        except (OSError, TypeError, ValueError) as e:
+            # A runner sees a stale heartbeat and acts; the bot must not die of it, but says why.
+            write_failed(self.path, e, "the heartbeat")
+            return False
+        write_ok(self.path)
+        return True
 
 
 def read_status(path: str) -> dict | None:

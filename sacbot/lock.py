@@ -8,17 +8,23 @@ Usage::
 
 ``fcntl.flock`` is held by the open file, so the OS releases it when the holder exits in any way,
 ``kill -9`` included: a dead writer never leaves a stale lock to clean up.  The file holds the
-holder's PID, for the error message only; the lock itself is the flock.  The file is never deleted:
-deleting it while another process waits to lock the old inode would let two writers in at once.
+PID of the process that took the lock, for the error message only; the lock itself is the flock.
+The file is never deleted: deleting it while another process waits to lock the old inode would
+let two writers in at once.
 
-The descriptor is not inherited across ``exec`` (Python's default), so a runner's or a tool's
-subprocess never holds its parent's lock.  A child made by ``fork`` without ``exec`` would share it;
-sacbot's process learner uses ``spawn``.
+The lock never crosses a fork or an exec.  The descriptor is opened close-on-exec, so a runner's
+or a tool's subprocess never holds its parent's lock; and a child made by ``fork`` without
+``exec`` (a game's ``multiprocessing`` pool) closes its copy at once (``os.register_at_fork``).
+That copy would otherwise share the open file, and with it the flock: the parent's close would
+release nothing, and the next start would be refused while the parent was long gone.
+
+Who holds a lock that cannot be taken is read from the system where it can be (Linux lists each
+descriptor's locks in ``/proc/<pid>/fdinfo``), not only from the PID in the file: a process that
+was handed the descriptor (``pass_fds``) holds the lock without having written its PID there.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 
@@ -26,17 +32,42 @@ LOCK_NAME = ".sacbot.lock"
 
 
 class LockHeld(RuntimeError):
-    """Another process holds the directory's writer lock; the message names its PID."""
+    """Another process holds the directory's writer lock; the message names its PID.  ``pid`` is
+    the holder's (None when it cannot be told); ``recorded`` is the PID the lock file names."""
 
-    def __init__(self, directory: str, pid: int | None):
-        self.directory, self.pid = directory, pid
+    def __init__(self, directory: str, pid: int | None, recorded: int | None = None):
+        self.directory, self.pid, self.recorded = directory, pid, recorded
         if pid == os.getpid():  # flock is per open file: a second Agent in one process is refused too
             who = "another Agent (or learner) in this same process"
+        elif pid is not None:
+            who = f"process {pid}"
+        elif recorded is not None:
+            who = (f"another process (the lock file names process {recorded}, which no longer holds it: a "
+                   "process it started may)")
         else:
-            who = f"process {pid}" if pid is not None else "another process (its PID is not recorded yet)"
+            who = "another process (its PID is not recorded yet)"
         super().__init__(f"weights directory {directory!r} is in use by {who}, another sacbot writer; "
                          "two writers would overwrite each other's checkpoints. Stop that process, or "
                          "pass another --weights-path")
+
+
+# The locks this process holds: a forked child closes its copies (see the module's docstring).
+_HELD: set[WriterLock] = set()
+
+
+def _close_in_child() -> None:
+    for lock in list(_HELD):
+        fd, lock._fd = lock._fd, None
+        if fd is not None:
+            try:
+                os.close(fd)  # only the child's copy: the parent's open file keeps the flock
+            except OSError:
+                pass
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; elsewhere there is no fork
+    os.register_at_fork(after_in_child=_close_in_child)
 
 
 class WriterLock:
@@ -54,24 +85,28 @@ class WriterLock:
     def acquire(self) -> WriterLock:
         """Take the lock or raise ``LockHeld`` at once (never waits).  The directory must exist;
         an OSError (read-only directory, ...) passes through."""
+        import fcntl  # here, not at import: the module loads where fcntl does not exist
+
         if self._fd is not None:
             return self
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            pid = _read_pid(fd)
+            recorded = _read_pid(fd)
+            holder = _holder(fd, recorded)
             os.close(fd)
-            raise LockHeld(self.directory, pid) from None
+            raise LockHeld(self.directory, holder, recorded) from None
         except BaseException:
             os.close(fd)
             raise
+        self._fd = fd
+        _HELD.add(self)
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except OSError:
             pass  # the PID is only for messages; the flock is the lock
-        self._fd = fd
         return self
 
     def acquire_within(self, timeout: float) -> WriterLock:
@@ -90,6 +125,7 @@ class WriterLock:
     def close(self) -> None:
         """Release the lock (closing the file releases the flock); the file stays."""
         fd, self._fd = self._fd, None
+        _HELD.discard(self)
         if fd is not None:
             os.close(fd)
 
@@ -109,3 +145,57 @@ def _read_pid(fd: int) -> int | None:
     except OSError:
         return None
 
+
+def _holder(fd: int, recorded: int | None) -> int | None:
+    """The PID of a process holding the flock on ``fd``'s file: the recorded one if the system
+    confirms it, else one the system shows holding it.  Where the system cannot be asked (no
+    /proc, another user's processes), the recorded PID if that process runs; else None."""
+    try:
+        st = os.fstat(fd)
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return recorded if recorded is not None and _runs(recorded) else None
+    key = (st.st_dev, st.st_ino)
+    checked = False
+    if recorded is not None:
+        found = _holds(recorded, key)
+        if found:
+            return recorded
+        checked = found is not None
+    holders = [p for p in sorted(pids) if p != recorded and _holds(p, key)]
+    if holders:
+        return holders[0]
+    if recorded is not None and not checked and _runs(recorded):
+        return recorded  # its descriptors could not be read: take the file's word
+    return None
+
+
+def _holds(pid: int, key: tuple[int, int]) -> bool | None:
+    """Whether process ``pid`` has a descriptor on the file ``key`` (st_dev, st_ino) that holds a
+    flock (its ``/proc/<pid>/fdinfo`` lists a lock); None where its descriptors cannot be read."""
+    base = f"/proc/{pid}"
+    try:
+        fds = os.listdir(f"{base}/fd")
+    except OSError:
+        return None
+    for n in fds:
+        try:
+            st = os.stat(f"{base}/fd/{n}")
+            if (st.st_dev, st.st_ino) != key:
+                continue
+            with open(f"{base}/fdinfo/{n}") as fh:
+                if any(line.startswith("lock:") and "FLOCK" in line for line in fh):
+                    return True
+        except OSError:
+            continue  # closed meanwhile, or not ours to read
+    return False
+
+
+def _runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # it exists, owned by someone else
+    return True

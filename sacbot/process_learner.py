@@ -35,7 +35,7 @@ import threading
 import time
 from multiprocessing.connection import Connection
 
-from .learner import LearnerLink, LearnerSpec
+from .learner import LearnerLink, LearnerSpec, not_confirmed
 from .messages import MessageError, Shutdown, decode_batch, encode_batch, pack, unpack
 
 log = logging.getLogger("sacbot")
@@ -51,17 +51,24 @@ class ProcessLearner(LearnerLink):
         ctx = multiprocessing.get_context("spawn")
         to_child_r, self._to_child = ctx.Pipe(duplex=False)
         self._from_child, from_child_w = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=child_main, name="sacbot-learner",
-                                args=(spec, resume_path, to_child_r, from_child_w, os.getpid(), pace))
-        self.proc.start()
-        to_child_r.close()  # the child holds these ends now: EOF on either side means the other is gone
-        from_child_w.close()
+        self._closing = ctx.Event()  # the child's LearnerLoop.closing: a close ends its pass at once
         self._closed = threading.Event()
+        self.proc = ctx.Process(target=child_main, name="sacbot-learner",
+                                args=(spec, resume_path, to_child_r, from_child_w, os.getpid(), pace, self._closing))
+        try:
+            self.proc.start()
+        finally:
+            to_child_r.close()  # the child holds these ends now: EOF on either side means the other is gone
+            from_child_w.close()
         self._child = Reaper(self.proc)
         self._sender = threading.Thread(target=self._send_loop, name="sacbot-sender", daemon=True)
         self._receiver = threading.Thread(target=self._receive_loop, name="sacbot-receiver", daemon=True)
-        self._sender.start()
-        self._receiver.start()
+        try:
+            self._sender.start()
+            self._receiver.start()
+        except BaseException:  # no thread to talk to the child: it must not outlive this failure
+            self.abort(30.0)
+            raise
 
     # --- bot -> learner ------------------------------------------------------------------------
     def _send_loop(self) -> None:
@@ -108,25 +115,73 @@ class ProcessLearner(LearnerLink):
 
     # --- the rest of the boundary --------------------------------------------------------------
     def close(self, acting_rng: str | None = None, timeout: float = 60.0) -> dict:
-        self.outbox.send(Shutdown(acting_rng or ""), control_wait=timeout)
+        """Shutdown, the child's final save and its exit, all within ``timeout`` s.  A child that
+        has not finished by then (stopped, stuck on a slow disk) is killed: the bot exits on time
+        and its directory is free for the next start, which goes on from the last confirmed save."""
+        deadline = time.monotonic() + timeout
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
+        self.outbox.send(Shutdown(acting_rng or ""), control_wait=timeout / 2)
+        self._closing.set()  # a pass in progress ends at its next step; the rest stays owed
         self._closed.set()
-        self._sender.join(timeout)
-        self._to_child.close()  # EOF: a child that never got the Shutdown still drains and saves
-        code = self._child.exitcode(timeout)
+        self._sender.join(left())
+        if not self._sender.is_alive():
+            self._to_child.close()  # EOF: a child that never got the Shutdown still drains and saves
+        code = self._child.exitcode(left())
+        late = None
         if code is None:
-            log.error("the learner process did not finish within %.0f s; stopping it", timeout)
-            self.proc.terminate()  # SIGTERM: the child still makes its final save
-            code = self._child.exitcode(30.0)
-            if code is None:
-                self.proc.kill()
-                code = self._child.exitcode(5.0)
-        self._receiver.join(10.0)
-        self._from_child.close()
+            log.error("the learner process (pid %s) did not finish its final save within the %g s deadline; "
+                      "killing it", self.proc.pid, timeout)
+            late = not_confirmed(timeout, f"the learner process {self.proc.pid} did not finish in time and was "
+                                          "killed")
+            self.push_status({"learner_alive": False, "closed": True, "final_save": late})
+            code = self._stop_child()
+        self._end_threads(5.0)
         st = dict(self.status())
-        if "final_save" not in st:
+        if late is not None:
+            st["final_save"] = late
+        elif "final_save" not in st:
             st["final_save"] = {"ok": False, "error": f"the learner process exited with code {code} "
                                                       "before reporting its final save"}
         return st
+
+    def abort(self, timeout: float) -> bool:
+        """End the child without a final save (the bot failed to start: nothing may be written) and
+        reap it; True once it is gone and the pipe threads have ended."""
+        self._closed.set()
+        self.push_status({"learner_alive": False, "closed": True,
+                          "final_save": {"ok": False, "error": "the bot failed to start; nothing was saved"}})
+        code = self._stop_child(timeout)
+        if code is None:
+            log.error("the learner process %s did not exit within %g s of a failed start", self.proc.pid, timeout)
+        return self._end_threads(timeout) and code is not None
+
+    def _stop_child(self, timeout: float = 5.0) -> int | None:
+        """SIGKILL (a stopped process too) and reap; the exit code, or None if it outlived ``timeout``."""
+        if self.proc.pid is None:
+            return 0  # never started
+        try:
+            self.proc.kill()
+        except (OSError, ValueError):
+            pass  # already reaped
+        return self._child.exitcode(timeout)
+
+    def _end_threads(self, timeout: float) -> bool:
+        """Join the pipe threads (their ends close when the child is gone) and close our ends."""
+        deadline = time.monotonic() + timeout
+        for t in (getattr(self, "_sender", None), getattr(self, "_receiver", None)):
+            if t is not None and t.ident is not None:
+                t.join(max(0.0, deadline - time.monotonic()))
+        alive = [t.name for t in (getattr(self, "_sender", None), getattr(self, "_receiver", None))
+                 if t is not None and t.is_alive()]
+        if alive:
+            log.error("%s did not end within %g s", " and ".join(alive), timeout)
+            return False
+        self._to_child.close()
+        self._from_child.close()
+        return True
 
 
 class Reaper:
@@ -224,7 +279,7 @@ class _ChildPipes:
 
 
 def child_main(spec: LearnerSpec, resume_path: str | None, conn_in: Connection, conn_out: Connection,
-               parent_pid: int, pace: str) -> None:
+               parent_pid: int, pace: str, closing=None) -> None:
     """Entry point of the learner process (spawned: a fresh interpreter that imports torch)."""
     # Signals to the whole process group (Ctrl-C in a terminal, systemd's stop) reach us too.
     # SIGINT is the bot's to handle: it closes us with a Shutdown.  SIGTERM alone (the bot is
@@ -233,8 +288,10 @@ def child_main(spec: LearnerSpec, resume_path: str | None, conn_in: Connection, 
     logging.basicConfig(stream=sys.stderr, format="sacbot: %(message)s", level=logging.INFO)
     from .checkpoint import CheckpointError, read_checkpoint
     from .lock import LockHeld, WriterLock
-    from .training import LearnerLoop
+    from .training import LearnerLoop, yield_cpu_to_acting
 
+    # First, on the main thread: the pipe threads started next, and torch's, inherit it.
+    nice = yield_cpu_to_acting(spec.cfg().learner_nice)
     pipes = _ChildPipes(conn_in, conn_out, parent_pid, lockstep=(pace == "lockstep"))
     signal.signal(signal.SIGTERM, lambda *_: pipes.terminate())
     lock = WriterLock(spec.weights_dir)
@@ -246,6 +303,9 @@ def child_main(spec: LearnerSpec, resume_path: str | None, conn_in: Connection, 
                            "closed": True, "final_save": {"ok": False, "error": "the learner never started"}})
         sys.exit(1)
     loop = LearnerLoop(spec, ckpt, pipes, pipes.publish, pipes.push_status, threading.Event())
+    if closing is not None:
+        loop.closing = closing  # the parent's close ends a pass in progress (LearnerLoop.closing)
+    loop.nice, loop.priority_set = nice, True
     del ckpt
     try:
         loop.run()

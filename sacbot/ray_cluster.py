@@ -419,9 +419,9 @@ class RayLearnerClient(LearnerLink):
                 self.push_status({"learner_alive": False, "learner_error": None,
                                   "last_error": f"learner unreachable: {type(e).__name__}"})
 
-    def wait_ready(self, timeout: float) -> bool:
+    def wait_ready(self, timeout: float, stop=None) -> bool:
         # Not the link's: "not alive" here means unreachable for now (restarting), not failed.
-        return self.wait_for(lambda st: self.snapshot.version > 0, timeout)
+        return self.wait_for(lambda st: self.snapshot.version > 0, timeout, stop)
 
     def spaces(self) -> tuple[int, int]:
         ray = require_ray()
@@ -433,7 +433,7 @@ class RayLearnerClient(LearnerLink):
             self.acting_version = got[0]
         return got
 
-    def wait_processed(self, n: int, timeout: float) -> bool:
+    def wait_processed(self, n: int, timeout: float, stop=None) -> bool:
         return False  # lockstep needs a learner of one's own; the cluster refuses it up front
 
     def close(self, acting_rng: str | None = None, timeout: float = 30.0) -> dict:

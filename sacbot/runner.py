@@ -14,7 +14,11 @@ a startup grace period, a counter that has not moved for
 then a restart after an exponential backoff.  A bot that exits non-zero is restarted too;
 one that exits 0 has finished; one that exits 2 (a bad flag or setting) stops the runner at
 once, with the bot's message, since a restart would fail the same way.  Past
-``--max-restarts`` for any bot, the runner stops every bot and exits 1 with a summary.
+``--max-restarts`` restarts of one bot within ``--restart-window`` seconds, the runner stops every
+bot and exits 1 with a summary; older restarts are forgiven, so a few crashes spread over weeks do
+not stop a bot for good.  The runner's own I/O errors (a full disk while copying a checkpoint for
+eval, a bot's log that cannot be opened, a ``best.zip`` that cannot be written) are events
+(``io_error``), never the end of the campaign.
 SIGINT/SIGTERM to the runner closes every bot gracefully (each makes its final save) and
 exits 0.
 
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import shutil
@@ -36,13 +41,19 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 
 from .checkpoint import LATEST, atomic_write_bytes
-from .files import append_jsonl
+from .files import append_jsonl, error_kind
 from .liveness import read_round_counter, read_status
 
 POLL_S = 0.5
 CONFIG_ERROR = 2  # sacbot's exit code for a bad setting, and argparse's for a bad flag
+log = logging.getLogger("sacbot")
+
+
+def _err(e: BaseException) -> str:
+    return f"{error_kind(e)}: {e}"
 
 
 def die_with_parent(parent_pid: int):
@@ -73,7 +84,8 @@ class Bot:
         self.weights = os.path.join(self.dir, "weights")
         self.counter_path = os.path.join(self.weights, "round_counter.txt")
         self.proc: subprocess.Popen | None = None
-        self.restarts = 0
+        self.restarts = 0  # over the runner's life, for the summary
+        self.restart_times: list[float] = []  # those within --restart-window (monotonic), for giving up
         self.started = self.last_move = 0.0
         self.last_count: int | None = None
         self.next_start = 0.0
@@ -102,10 +114,24 @@ class Bot:
             return "(no bot.log)"
         return lines[-1] if lines else "(bot.log is empty)"
 
-    def start(self, now: float) -> None:
-        os.makedirs(self.run_dir, exist_ok=True)
-        self.log = open(os.path.join(self.dir, "bot.log"), "a")
-        self.proc = subprocess.Popen(self.argv(), stdout=self.log, stderr=subprocess.STDOUT,
+    def start(self, now: float, io_error) -> None:
+        """Launch the bot.  ``io_error(what, path, exc)`` is told of what could not be done on
+        the way (its directory, its log), which does not stop the start; an OSError of the launch
+        itself is raised."""
+        try:
+            os.makedirs(self.run_dir, exist_ok=True)
+        except OSError as e:  # the bot makes it itself, or says why it cannot
+            io_error("making the bot's run directory", self.run_dir, e)
+        if self.log is not None:
+            self.log.close()
+        out = None  # the runner's own stderr, when bot.log cannot be opened: the bot's words are kept
+        try:
+            self.log = out = open(os.path.join(self.dir, "bot.log"), "a")
+        except OSError as e:
+            self.log = None
+            io_error("opening the bot's log (its output goes to the runner's stderr)",
+                     os.path.join(self.dir, "bot.log"), e)
+        self.proc = subprocess.Popen(self.argv(), stdout=out, stderr=subprocess.STDOUT if out else None,
                                      preexec_fn=die_with_parent(os.getpid()))
         self.started = self.last_move = now
         self.last_count = read_round_counter(self.counter_path)
@@ -130,6 +156,23 @@ class Runner:
             print(f"runner: {kind}" + (f" bot{bot.i}" if bot else "") + (f" {kw}" if kw else ""),
                   file=sys.stderr, flush=True)
 
+    def io_error(self, bot: Bot | None, doing: str, path: str, e: BaseException) -> None:
+        """An I/O error of the runner's own (a full disk, a path in the way): an event, and the
+        campaign goes on."""
+        self.event("io_error", bot, doing=doing, path=path, error=_err(e))
+
+    def start_bot(self, b: Bot, now: float, kind: str) -> None:
+        """Start ``b``; a launch that fails (no memory for a process, the command gone) is an
+        event and counts as a crash, so it is retried after the backoff."""
+        try:
+            b.start(now, lambda doing, path, e: self.io_error(b, doing, path, e))
+        except OSError as e:
+            b.proc = None
+            self.event("start_failed", b, error=_err(e))
+            self.schedule_restart(b, now, f"could not start: {_err(e)}")
+            return
+        self.event(kind, b, pid=b.proc.pid, **({"restarts": b.restarts} if kind == "restarted" else {}))
+
     def on_signal(self, signum, frame) -> None:
         if self.stop_requested:
             os._exit(128 + signum)
@@ -139,19 +182,15 @@ class Runner:
     def run(self) -> int:
         for s in (signal.SIGINT, signal.SIGTERM):
             signal.signal(s, self.on_signal)
-        now = time.monotonic()
-        for b in self.bots:
-            b.start(now)
-            self.event("started", b, pid=b.proc.pid)
-        while not self.stop_requested and self.failed is None:
-            now = time.monotonic()
-            for b in self.bots:
-                self.check(b, now)
-            if all(b.finished for b in self.bots):
-                break
-            time.sleep(POLL_S)  # the polling period of the watchdog (SPEC 7), not a synchronisation
+        try:
+            self.watch()
+        except Exception as e:  # noqa: BLE001 - a fault of the runner itself: still stop the bots and say why
+            log.error("the runner failed:\n%s", traceback.format_exc())
+            self.failed = f"the runner failed: {type(e).__name__}: {e}"
         self.stop_all()
+        now = time.monotonic()
         summary = {"bots": [{"bot": b.i, "restarts": b.restarts, "finished": b.finished,
+                             "restarts_in_window": sum(now - t < self.a.restart_window for t in b.restart_times),
                              "rounds": read_round_counter(b.counter_path), "best_eval": b.best,
                              "learner_steps": b.status.get("learner_steps"),
                              "last_error": b.status.get("last_error")}
@@ -163,14 +202,29 @@ class Runner:
         self.event("stopped", **summary)
         return 0
 
+    def watch(self) -> None:
+        """Start the bots, then poll them until they finish, a stop is asked, or the runner gives up."""
+        now = time.monotonic()
+        for b in self.bots:
+            self.start_bot(b, now, "started")
+        while not self.stop_requested and self.failed is None:
+            now = time.monotonic()
+            for b in self.bots:
+                try:
+                    self.check(b, now)
+                except OSError as e:  # one the specific handlers did not foresee: the campaign goes on
+                    self.io_error(b, "watching the bot", getattr(e, "filename", None) or "", e)
+            if all(b.finished for b in self.bots):
+                break
+            time.sleep(POLL_S)  # the polling period of the watchdog (SPEC 7), not a synchronisation
+
     def check(self, b: Bot, now: float) -> None:
         self.check_eval(b)
         if b.finished:
             return
         if b.proc is None:
             if now >= b.next_start:
-                b.start(now)
-                self.event("restarted", b, pid=b.proc.pid, restarts=b.restarts)
+                self.start_bot(b, now, "restarted")
             return
         code = b.proc.poll()
         if code is not None:
@@ -212,11 +266,18 @@ class Runner:
             b.stopping_since = now
 
     def schedule_restart(self, b: Bot, now: float, why: str) -> None:
+        """Count the restart among those of the last ``--restart-window`` seconds (older ones are
+        forgiven), give up past ``--max-restarts`` of them, else restart after the backoff, which
+        grows with the recent restarts only."""
         b.restarts += 1
-        if b.restarts > self.a.max_restarts:
-            self.failed = f"bot{b.i} needed more than {self.a.max_restarts} restarts (last: {why})"
+        window = self.a.restart_window
+        b.restart_times = [t for t in b.restart_times if now - t < window] + [now]
+        recent = len(b.restart_times)
+        if recent > self.a.max_restarts:
+            self.failed = (f"bot{b.i} needed more than {self.a.max_restarts} restarts within {window:g} s "
+                           f"(last: {why})")
             return
-        delay = min(self.a.backoff * 2 ** (b.restarts - 1), self.a.max_backoff)
+        delay = min(self.a.backoff * 2 ** (recent - 1), self.a.max_backoff)
         b.next_start = now + delay
         self.event("restart_scheduled", b, why=why, delay_s=delay)
 
@@ -253,14 +314,26 @@ class Runner:
             b.next_eval_round = (count // k + 1) * k
         if minutes:
             b.next_eval_time = now + 60 * minutes
-        os.makedirs(os.path.dirname(b.eval_copy), exist_ok=True)
-        shutil.copyfile(latest, b.eval_copy)  # evaluate a fixed copy: the bot keeps saving
+        try:
+            os.makedirs(os.path.dirname(b.eval_copy), exist_ok=True)
+            shutil.copyfile(latest, b.eval_copy)  # evaluate a fixed copy: the bot keeps saving
+        except OSError as e:  # a full disk: this eval is skipped, the next one is tried when due
+            self.io_error(b, "copying the checkpoint for eval (this eval is skipped)", b.eval_copy, e)
+            try:
+                os.remove(b.eval_copy)  # a partial copy takes space and is no bot
+            except OSError:
+                pass
+            return
         cmd = self.a.eval_cmd + self.a.bot_args + ["--weights-path", os.path.dirname(b.eval_copy),
                                                    "--run-dir", os.path.join(b.dir, "eval"),
                                                    "--episodes-per-opponent", str(self.a.eval_episodes), "--json"]
-        b.eval_proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                       env={**os.environ, "SACBOT_EVAL_MODE": "1"},
-                                       preexec_fn=die_with_parent(os.getpid()))
+        try:
+            b.eval_proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                           env={**os.environ, "SACBOT_EVAL_MODE": "1"},
+                                           preexec_fn=die_with_parent(os.getpid()))
+        except OSError as e:
+            self.io_error(b, "starting the eval (this eval is skipped)", cmd[0], e)
+            return
         b.eval_round = count
         self.event("eval_started", b, rounds=count)
 
@@ -279,9 +352,14 @@ class Runner:
         append_jsonl(os.path.join(b.run_dir, "evals.jsonl"), rec)
         mean = res.get("mean_return")
         if mean is not None and (b.best is None or mean > b.best):
+            best = os.path.join(b.dir, "best.zip")
+            try:
+                with open(b.eval_copy, "rb") as fh:
+                    atomic_write_bytes(best, fh.read())
+            except OSError as e:  # best.zip keeps the last best it holds; a later better eval tries again
+                self.io_error(b, f"writing the new best (mean return {mean})", best, e)
+                return
             b.best = mean
-            with open(b.eval_copy, "rb") as fh:
-                atomic_write_bytes(os.path.join(b.dir, "best.zip"), fh.read())
             self.event("new_best", b, mean_return=mean, rounds=b.eval_round)
 
 
@@ -294,7 +372,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--freeze-timeout", type=float, default=120.0, help="seconds without a new round")
     p.add_argument("--grace", type=float, default=60.0, help="startup grace before freeze checks")
     p.add_argument("--kill-grace", type=float, default=15.0, help="SIGTERM to SIGKILL, seconds")
-    p.add_argument("--max-restarts", type=int, default=5, help="per bot, before giving up")
+    p.add_argument("--max-restarts", type=int, default=5,
+                   help="per bot within --restart-window, before giving up")
+    p.add_argument("--restart-window", type=float, default=3600.0,
+                   help="seconds a restart counts against --max-restarts; older ones are forgiven")
     p.add_argument("--backoff", type=float, default=1.0, help="first restart delay; doubles each time")
     p.add_argument("--max-backoff", type=float, default=60.0)
     p.add_argument("--stop-deadline", type=float, default=60.0, help="seconds for bots to close at stop")
@@ -310,6 +391,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .cli import setup_logging
+
+    setup_logging()  # a file the runner cannot write is said on stderr (tools/run_training.py too)
     a = parser().parse_args(argv)
     for name, least in (("bots", 1), ("max_restarts", 0), ("eval_every_rounds", 0), ("eval_episodes", 1)):
         if getattr(a, name) < least:
@@ -318,8 +402,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     # Seconds: finite (nan never compares, so --freeze-timeout nan would never detect a freeze).
     for name in ("freeze_timeout", "grace", "kill_grace", "backoff", "max_backoff", "stop_deadline",
-                 "eval_every_minutes"):
-        v, positive = getattr(a, name), name == "freeze_timeout"
+                 "eval_every_minutes", "restart_window"):
+        v, positive = getattr(a, name), name in ("freeze_timeout", "restart_window")
         if not math.isfinite(v) or v < 0 or (positive and v == 0):
             print(f"runner: --{name.replace('_', '-')} must be a finite number {'>' if positive else '>='} 0, "
                   f"got {v}", file=sys.stderr)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
-from .learner import LearnerLink
+from .learner import LearnerLink, not_confirmed
 from .messages import Shutdown
 from .training import LearnerLoop, LearnerSpec
 
@@ -32,14 +33,28 @@ class ThreadLearner(LearnerLink):
         self._thread.start()
 
     def close(self, acting_rng: str | None = None, timeout: float = 60.0) -> dict:
+        """Shutdown, the final save, the thread joined: all within ``timeout`` s."""
+        deadline = time.monotonic() + timeout
         # Shutdown goes through the same queue as the data (a reserved place), so the learner
         # takes everything sent before it, in order (STYLE 15).
-        if not self.outbox.send(Shutdown(acting_rng or ""), control_wait=timeout):
+        if not self.outbox.send(Shutdown(acting_rng or ""), control_wait=max(0.0, timeout / 2)):
             self._stop.set()  # the queue never freed a place: stop by the event instead
-        self._thread.join(timeout)
+        self.loop.closing.set()  # a pass in progress ends at its next step; the rest stays owed
+        self._thread.join(max(0.0, deadline - time.monotonic()))
         if self._thread.is_alive():
-            log.error("the training thread did not stop within %.0f s; final save not confirmed", timeout)
+            log.error("the training thread did not finish the final save within the %g s deadline; "
+                      "final save not confirmed", timeout)
             self._stop.set()
             return {**self.status(), "learner_alive": True,
-                    "final_save": {"ok": False, "error": "the training thread did not stop in time"}}
+                    "final_save": not_confirmed(timeout, "the training thread did not finish in time")}
         return self.status()
+
+    def abort(self, timeout: float) -> bool:
+        """End without a final save (the bot failed to start); True once the thread is gone."""
+        self.loop.discard = True
+        self._stop.set()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.error("the training thread did not stop within %g s of a failed start", timeout)
+            return False
+        return True

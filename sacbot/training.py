@@ -99,10 +99,13 @@ class TrainingState:
             out["replay_chunks"], meta["replay"] = self.replay.export_chunks(since)
         return out
 
-    def load_payload(self, arrays: dict, meta: dict) -> None:
+    def load_payload(self, arrays: dict, meta: dict, saved_utd_ratio: float | None = None) -> None:
+        """``saved_utd_ratio``: the ratio the checkpoint was trained at (its manifest's config), so
+        that steps it still owed are counted again at this run's ratio (``resumed_carry``)."""
         self.learner.load_state(arrays, meta["learner"])
         self.grad_steps, self.env_steps = int(meta["grad_steps"]), int(meta["env_steps"])
-        self.episodes, self.utd_carry = int(meta["episodes"]), float(meta["utd_carry"])
+        self.episodes = int(meta["episodes"])
+        self.utd_carry = resumed_carry(float(meta["utd_carry"]), saved_utd_ratio, self.cfg.utd_ratio)
         self.passes = int(meta.get("passes", 0))  # older checkpoints did not count them
         if "opponents" in meta:  # msgpack keys must be strings: saved as [source, opponent] pairs
             self.opponent = {int(k): v for k, v in meta["opponents"]}
@@ -140,7 +143,30 @@ def handle_message(state: TrainingState, msg, source: int = 0) -> bool:
     return False
 
 
-MAX_PASS_STEPS = 256  # ~1-3 s of updates at the default sizes on one core
+MAX_PASS_STEPS = 256  # ~1-3 s of updates at the default sizes on one core; Config's MAX_UTD_RATIO too
+
+
+def resumed_carry(carry: float, saved_ratio: float | None, ratio: float) -> float:
+    """The UTD carry a resumed run starts with, from the one its checkpoint saved.
+
+    The carry is gradient steps owed for transitions already received: a fraction, plus the steps
+    of a pass cut short by a stop or by ``MAX_PASS_STEPS``.  Those transitions owe what the
+    current ratio says, so a carry saved at another ratio is rescaled (steps / saved ratio =
+    transitions' worth; times this ratio = steps now): a changed ``--utd-ratio`` takes effect at
+    once, ``--utd-ratio 0`` owes nothing, and an unchanged one resumes exactly.  The result is
+    then kept below ``1 + MAX_PASS_STEPS``, one pass: what a lockstep run can owe at a stop (at most
+    one step's worth, the ratio, plus a fraction) is kept whole, while a backlog of a learner that
+    fell behind, or a huge carry from a ratio no longer accepted, cannot hold the new setting off
+    past the first pass.  Without the saved ratio (a checkpoint without a config) only the bound
+    applies."""
+    if math.isnan(carry) or carry < 0:
+        carry = 0.0
+    if saved_ratio is not None and math.isfinite(saved_ratio) and saved_ratio >= 0 and saved_ratio != ratio:
+        # A saved ratio of 0 owed nothing per transition: what it carried was never owed.
+        carry = carry / saved_ratio * ratio if saved_ratio > 0 else 0.0
+    if math.isnan(carry):  # inf / inf
+        carry = 0.0
+    return min(carry, math.nextafter(1.0 + MAX_PASS_STEPS, 0.0))
 
 
 def steps_owed(state: TrainingState) -> int:
@@ -220,6 +246,46 @@ def train_pass(state: TrainingState, offer_save: Callable[[TrainingState], bool]
             "drained": drained, "grad_steps": done, **avg, "quant_phase": state.learner.quant_phase}
 
 
+def yield_cpu_to_acting(nice: int) -> int | None:
+    """Lower the calling thread's priority by ``nice``, before it starts any thread of its own
+    (those inherit it: the I/O thread, torch's pool).  Returns the niceness now in force, or None
+    where it cannot be read.
+
+    Why: with the learner and the acting thread both runnable and fewer free cores than that, the
+    kernel let the learner run out its time slice while acting waited, a whole scheduler tick
+    (~4 ms) at a time; measured by the acting thread's own run-queue delay, not a GIL wait
+    (``tools/bench_gil.py``).  At a lower priority the acting thread preempts it on wake-up.
+    Linux keeps niceness per thread, so this touches neither the acting thread nor, in a child
+    process, anything but the learner; other systems keep it per process, where only a process
+    learner (which owns its process) may lower it."""
+    if not hasattr(os, "setpriority"):
+        return None
+    import sys
+
+    per_thread = sys.platform.startswith("linux")
+    if not per_thread and threading.current_thread() is not threading.main_thread():
+        return None  # a thread learner would lower the bot's whole process, acting included
+    who = threading.get_native_id() if per_thread else 0
+    try:
+        now = os.getpriority(os.PRIO_PROCESS, who)
+        if nice > 0:
+            os.setpriority(os.PRIO_PROCESS, who, min(now + nice, 19))
+        return os.getpriority(os.PRIO_PROCESS, who)
+    except OSError as e:  # a sandbox that forbids it: the learner still runs, at the bot's priority
+        log.warning("could not lower the learner's priority by %d (%s); acting may wait for it", nice, e)
+        return None
+
+
+class _Either:
+    """Set when any of its events is (``threading.Event`` or ``multiprocessing.Event``)."""
+
+    def __init__(self, *events):
+        self.events = events
+
+    def is_set(self) -> bool:
+        return any(e.is_set() for e in self.events)
+
+
 class LearnerLoop:
     """Owns the learner, the replay and the I/O thread.  ``inbox`` has ``recv(timeout)`` and
     ``drain()``; ``publish(arrays) -> version`` and ``push_status(dict)`` carry results out.
@@ -246,7 +312,13 @@ class LearnerLoop:
         self.last_save_error: str | None = None
         self.final_save: dict | None = None
         self.torch_threads = 0
+        self.nice: int | None = None  # the learner's niceness as measured once lowered
+        self.priority_set = False  # a process learner lowers its whole process before its threads
         self.learning = False
+        # Set by a close: the pass in progress ends at its next step (the rest stays owed), so a
+        # Shutdown behind a long pass is taken at once.  A process learner's is its parent's.
+        self.closing = threading.Event()
+        self.discard = False  # the bot failed to start: end without a final save (nothing is written)
 
     # --- build, inside the owning thread or process -----------------------------------------
     def _start(self) -> bool:
@@ -275,7 +347,9 @@ class LearnerLoop:
         self.torch_threads = torch.get_num_threads()  # measured, not configured
         self.state = TrainingState.fresh(cfg, spec.obs_dim, spec.act_dim)
         if self.checkpoint is not None:
-            self.state.load_payload(self.checkpoint["arrays"], self.checkpoint["meta"])
+            saved = self.checkpoint.get("manifest", {}).get("config", {}).get("utd_ratio")
+            saved = float(saved) if isinstance(saved, int | float) and not isinstance(saved, bool) else None
+            self.state.load_payload(self.checkpoint["arrays"], self.checkpoint["meta"], saved_utd_ratio=saved)
             self.checkpoint = None  # the replay arrays are in the buffer now: free the copy
         self.io = IOThread(self.save_slot, spec.weights_dir, cfg.keep_last, spec.config, spec.spaces,
                            latest_name=spec.latest_name)
@@ -294,7 +368,8 @@ class LearnerLoop:
                     "learner_pid": os.getpid(),
                     "policy_version_published": self.version, "last_error": self.error or self.last_save_error,
                     "last_save": self.last_save, "saves": self.saves, "save_errors": self.save_errors,
-                    "torch_threads": self.torch_threads, "grad_steps_per_s": round(self.steps_per_s, 2)}
+                    "torch_threads": self.torch_threads, "learner_nice": self.nice,
+                    "grad_steps_per_s": round(self.steps_per_s, 2)}
         s = self.state
         if s is not None:
             st.update(learner_steps=s.grad_steps, env_steps_received=s.env_steps, buffer_size=len(s.replay),
@@ -308,6 +383,8 @@ class LearnerLoop:
     def run(self) -> None:
         acting_rng = None
         try:
+            if not self.priority_set:
+                self.nice, self.priority_set = yield_cpu_to_acting(self.spec.cfg().learner_nice), True
             if not self._start():
                 return
             acting_rng = self._loop()
@@ -351,7 +428,7 @@ class LearnerLoop:
             self.learning = True  # said once: tells a person (or a test) training began
             log.info("learning started with %d transitions in the buffer", len(s.replay))
         t0 = time.perf_counter()
-        line = train_pass(s, self._offer_save, self.stop, self._publish_mid_pass)
+        line = train_pass(s, self._offer_save, _Either(self.stop, self.closing), self._publish_mid_pass)
         dt = time.perf_counter() - t0
         if line["grad_steps"]:
             self.steps_per_s = line["grad_steps"] / max(dt, 1e-9)
@@ -424,6 +501,8 @@ class LearnerLoop:
         s, io = self.state, self.io
         if s is None or io is None:
             self.final_save = {"ok": False, "error": f"the learner never started ({self.error})"}
+        elif self.discard:
+            self.final_save = {"ok": False, "error": "the bot failed to start; nothing was saved"}
         elif self.poisoned:
             log.error("the learner's state is not finite (%s); no final save: the last good checkpoint "
                       "in %r is kept as it was", self.error, self.spec.weights_dir)

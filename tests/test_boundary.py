@@ -49,7 +49,8 @@ def test_eval_plays_the_pretrained_bot_with_torch_unimportable(tmp_path):
     summary = json.loads(p.stdout)
     assert summary["episodes"] == 1 and summary["checkpoint"].endswith("tankduel.zip")
     written = sorted(str(f.relative_to(cwd)) for f in cwd.rglob("*") if f.is_file())
-    assert written == ["runs/default/status.json"]  # the heartbeat only: no weights, no logs
+    # The heartbeat only, and the run directory's claim (sacbot/rundir.py): no weights, no logs.
+    assert written == ["runs/default/.sacbot.run", "runs/default/status.json"]
 
 
 def test_threads_that_notice_a_dead_learner_together_all_read_its_exit_code():

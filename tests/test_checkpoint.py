@@ -15,7 +15,7 @@ from functools import partial
 import numpy as np
 import pytest
 import zstandard
-from helpers import load_tool
+from helpers import dir_digests, load_tool
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -107,20 +107,20 @@ def test_corrupt_latest_is_kept_aside_and_previous_loads(tmp_path, case):
 
 
 @pytest.mark.timeout(30)
-def test_a_fifo_in_place_of_the_latest_checkpoint_is_set_aside_not_waited_on(tmp_path):
+def test_a_fifo_in_place_of_the_latest_checkpoint_stops_loading_and_is_not_waited_on(tmp_path):
     """Opening a FIFO blocks until a writer comes, and SIGTERM did not end the wait: `sacbot run`
-    and `eval` hung on one named sac_latest.zip."""
+    and `eval` hung on one named sac_latest.zip.  It is not proven bad bytes either: loading stops
+    and leaves it, and the step files, where they are."""
     st = trained_state(tmp_path)
     st.grad_steps = 10
     ck.write_checkpoint(str(tmp_path), st.payload(False), keep_last=5)
     os.remove(tmp_path / ck.LATEST)
     os.mkfifo(tmp_path / ck.LATEST)
-    with pytest.raises(ck.CheckpointError, match="not a regular file"):
+    with pytest.raises(ck.CheckpointUnreadable, match="not a regular file"):
         ck.read_checkpoint(str(tmp_path / ck.LATEST))
-    logs = []
-    loaded, path = ck.load_latest(str(tmp_path), log=logs.append)
-    assert path.endswith("sac_step_10.zip") and loaded["meta"]["grad_steps"] == 10
-    assert any("not a regular file" in m and "kept aside" in m for m in logs)
+    with pytest.raises(ck.CheckpointUnreadable, match="is a FIFO.*move it out of the way"):
+        ck.load_latest(str(tmp_path), log=lambda m: None)
+    assert sorted(os.listdir(tmp_path)) == [ck.LATEST, "sac_step_10.zip"]
 
 
 def test_unsafe_entry_names_and_pickles_are_refused(tmp_path):
@@ -294,7 +294,8 @@ def _zstd(raw):
 
 
 CORRUPTIONS = {
-    "wrong version": dict(manifest_edit=lambda m: m.update(format_version=99)),
+    "version 0": dict(manifest_edit=lambda m: m.update(format_version=0)),  # a newer one is not damage
+    "version a string": dict(manifest_edit=lambda m: m.update(format_version="3")),
     "non-finite weights": dict(entry_edit=lambda items, m: reseal(
         items, m, "model.msgpack.zst",
         _zstd(raw := pack({"arrays": {"actor.fc1.weight": np.array([np.nan], np.float32)}})), len(raw))),
@@ -532,9 +533,10 @@ def test_export_bot_drops_the_replay_and_keeps_a_loadable_checkpoint(tmp_path):
     assert forced.returncode == 0, forced.stderr  # another bot's file: replaced, as asked
 
 
-def test_a_step_file_newer_than_sac_latest_loads_first(tmp_path):
-    # A crash between writing sac_step_<N>.zip and copying it to sac_latest.zip leaves the latter
-    # one save behind; the newer step file must win.
+def test_the_newest_is_written_before_its_step_file_and_a_newer_step_file_is_refused_not_preferred(tmp_path):
+    """The newest checkpoint is written first: a crash before its step copy leaves it ahead of the step
+    files, and it loads.  A step file newer than it is a rollback (or a crash of a sacbot that wrote
+    the step file first): a training load refuses it naming both ways on, eval plays the newest."""
     st = trained_state(tmp_path, n=6)
     ck.write_checkpoint(str(tmp_path), st.payload(True), keep_last=5)
     old_latest = (tmp_path / ck.LATEST).read_bytes()
@@ -542,10 +544,20 @@ def test_a_step_file_newer_than_sac_latest_loads_first(tmp_path):
         handle_message(st, tr(100 + i))
         train_pass(st)
     ck.write_checkpoint(str(tmp_path), st.payload(True), keep_last=5)
-    (tmp_path / ck.LATEST).write_bytes(old_latest)  # as if the copy never happened
+    newest = f"sac_step_{st.grad_steps}.zip"
+    os.unlink(tmp_path / newest)  # a crash between the newest and its step copy
     loaded, path = ck.load_latest(str(tmp_path), log=lambda m: None)
-    assert path.endswith(f"sac_step_{st.grad_steps}.zip") and loaded["meta"]["grad_steps"] == st.grad_steps
-    assert ck.candidates(str(tmp_path))[1].endswith(ck.LATEST)
+    assert path.endswith(ck.LATEST) and loaded["meta"]["grad_steps"] == st.grad_steps
+    ck.write_checkpoint(str(tmp_path), st.payload(True), keep_last=5)
+    (tmp_path / ck.LATEST).write_bytes(old_latest)  # an older step copied over the newest
+    before = dir_digests(tmp_path)
+    with pytest.raises(ck.NewerStepFiles, match=rf"holds step 5, but this bot has newer step files: {newest}.*"
+                                                rf"move the newer step files out.*copy {newest} over sac_latest"):
+        ck.load_latest(str(tmp_path), log=lambda m: None)
+    assert dir_digests(tmp_path) == before
+    loaded, path = ck.load_latest(str(tmp_path), log=lambda m: None, refuse_newer_steps=False)  # eval
+    assert path.endswith(ck.LATEST) and loaded["meta"]["grad_steps"] == 5
+    assert ck.candidates(str(tmp_path))[0].endswith(ck.LATEST)
 
 
 # --- bounded reads: the two bombs of issue 14 -----------------------------------------------

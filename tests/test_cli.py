@@ -216,7 +216,7 @@ def _toml_file(tmp_path, data: bytes) -> str:
      "top-level keys hidden beside the [sacbot] table"),
     (lambda t: ["--seed", "18446744073709551615"], "seed = 18446744073709551615 is not accepted: expected an "
                                                     "integer in [0, 2**63 - 1]"),
-    (lambda t: ["--hidden", "100000"], "hidden = 100000 is not accepted: expected an integer in [1, 4096]"),
+    (lambda t: ["--hidden", "100000"], "hidden = 100000 is not accepted: expected an integer in [1, 1024]"),
     (lambda t: ["--buffer-size", "1e10"], "--buffer-size = '1e10' is not accepted: expected an integer in "
                                           "[1, 10,000,000] written out in digits"),
     (lambda t: ["--config", _toml_file(t, b"buffer_size = 1e10\n")],

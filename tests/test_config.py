@@ -30,12 +30,12 @@ def toml(tmp_path, text: str | bytes) -> str:
     ("sacbot = 5\n", r"sacbot = 5 is not accepted: expected a \[sacbot\] table"),
     ("hidden = 32\nseq_len = 8\n[sacbot]\nbatch_size = 4\n", "top-level keys hidden, seq_len beside the"),
     (b"hidden = 32\n# \xff\xfe\n", "is not UTF-8"),
-    ("hidden = 1e10\n", r"hidden = 10000000000 is not accepted: expected an integer in \[1, 4096\]"),
+    ("hidden = 1e10\n", r"hidden = 10000000000 is not accepted: expected an integer in \[1, 1024\]"),
     ("hidden = 1.5\n", "hidden = 1.5 is not accepted"),
     ("env = 5\n", "env = 5 is not accepted: expected a string"),
     ("seed = [1]\n", r"seed = \[1\] is not accepted"),
     # quoted numbers and words for booleans are how env vars arrive, not how TOML writes them
-    ('hidden = "8"\n', r"hidden = '8' is not accepted: expected an integer in \[1, 4096\], as a TOML number"),
+    ('hidden = "8"\n', r"hidden = '8' is not accepted: expected an integer in \[1, 1024\], as a TOML number"),
     ('quiet = "yes"\n', r"quiet = 'yes' is not accepted: expected true or false \(a TOML boolean\)"),
     ("quiet = 1\n", "quiet = 1 is not accepted"),
     # the --help groups read like sections; "learner" is also a setting, which said "expected thread, process"
@@ -61,7 +61,7 @@ def test_a_directory_as_config_file_is_refused(tmp_path):
 @pytest.mark.parametrize("flag,raw,match", [
     ("seed", "18446744073709551615", r"--seed: seed = 18446744073709551615 .* \[0, 2\*\*63 - 1\]"),
     ("seed", "-1", "--seed: seed = -1 is not accepted"),
-    ("hidden", "100000", r"--hidden: hidden = 100000 .* \[1, 4096\]"),
+    ("hidden", "100000", r"--hidden: hidden = 100000 .* \[1, 1024\]"),
     ("buffer_size", "1e10", r"--buffer-size = '1e10' .* \[1, 10,000,000\] written out in digits"),
     ("buffer_size", "10000001", r"buffer_size = 10000001 is not accepted"),
     ("torch_threads", "100000", r"--torch-threads: torch_threads = 100000 .* \[1, 256\]"),
@@ -259,3 +259,169 @@ def test_a_no_flag_negates_to_its_plain_name_and_undoes_a_toml_setting(tmp_path)
     assert not from_args(p.parse_args(["--fresh-start"]), {"SACBOT_NO_FRESH_START": "1"}).no_fresh_start
     assert from_args(p.parse_args(["--no-fresh-start"]), {}).no_fresh_start
     assert from_args(p.parse_args(["--no-save-replay"]), {}).save_replay is False
+
+
+# --- every setting has a range that can be trained (issue 40, rule 7) -------------------
+@pytest.mark.parametrize("raw", ["1e307", "1e300", "257", "-1", "inf", "nan"])
+def test_a_utd_ratio_past_what_a_pass_can_take_is_refused_naming_the_range(raw):
+    # 1e307 ended in an OverflowError traceback; 1e300 trained, and saved a carry no resume could shed.
+    with pytest.raises(ConfigError, match=r"--utd-ratio: utd_ratio = .* is not accepted: expected a number in "
+                                          r"\[0.0, 256\]"):
+        load_config(None, {}, {"utd_ratio": raw})
+    assert load_config(None, {}, {"utd_ratio": "256"}).utd_ratio == 256.0
+    assert load_config(None, {}, {"utd_ratio": "0"}).utd_ratio == 0.0  # store without training
+
+
+@pytest.mark.timeout(120)
+def test_sacbot_run_with_a_huge_utd_ratio_exits_2_with_one_line_and_writes_nothing(tmp_path):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "sacbot", "run", "--env", "Pendulum-v1", "--hidden", "8",
+                        "--batch-size", "4", "--seq-len", "4", "--learning-starts", "16", "--pace", "lockstep",
+                        "--steps", "40", "--quiet", "--utd-ratio", "1e307", "--run-dir", str(tmp_path / "r"),
+                        "--weights-path", str(tmp_path / "w")], capture_output=True, text=True, timeout=100)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and "utd_ratio = 1e+307 is not accepted" in r.stderr
+    assert not (tmp_path / "w").exists() and not (tmp_path / "r").exists()
+
+
+def test_every_numeric_setting_has_a_ceiling_and_a_floor():
+    """Not only utd_ratio: a number without a ceiling lets some typo through to the learner."""
+    from dataclasses import fields
+
+    beside = {"learning_starts": {"buffer_size": 10_000_000}}  # no more than the buffer holds
+    for f in fields(Config):
+        if str(f.type) in ("int", "float"):
+            lo, hi = f.metadata["min"], f.metadata["max"]
+            assert lo is not None and hi is not None, f"{f.name} has no {'floor' if lo is None else 'ceiling'}"
+            Config(**{f.name: hi, **beside.get(f.name, {})})  # the ceiling itself is a setting that can be given
+            with pytest.raises(ConfigError, match=f"{f.name} = .* is not accepted"):
+                Config(**{f.name: hi * 2 if hi else 1})
+
+
+@pytest.mark.parametrize("flag,raw", [
+    ("lr", "10"),  # diverged within 7 gradient steps on Pendulum-v1
+    ("init_alpha", "1e300"),  # the first critic loss was inf
+    ("tps", "1e300"),
+    ("steps", "1" + "0" * 30),
+    ("save_interval", "1" + "0" * 30),
+    ("hidden", "2048"),  # no checkpoint of such a learner fits sacbot's cap, whatever the other settings
+])
+def test_other_settings_past_what_trains_are_refused_too(flag, raw):
+    with pytest.raises(ConfigError, match=f"{flag} = .* is not accepted: expected"):
+        load_config(None, {}, {flag: raw})
+
+
+def test_the_hidden_ceiling_trains_and_saves_with_the_default_replay():
+    from sacbot import checkpoint as ck
+
+    hidden = Config.__dataclass_fields__["hidden"].metadata["max"]
+    assert ck.checkpoint_byte_cap(35, 2, hidden, Config.buffer_size, True) <= ck.MAX_CHECKPOINT_BYTES
+
+
+def test_the_utd_ceiling_is_what_one_training_pass_takes():
+    from sacbot.config import MAX_UTD_RATIO
+    from sacbot.training import MAX_PASS_STEPS
+
+    assert MAX_UTD_RATIO == MAX_PASS_STEPS  # one lockstep step's updates fit one pass: nothing piles up
+
+
+# --- a changed utd_ratio takes effect on resume ------------------------------------------
+def _checkpoint_with_carry(tmp_path, carry: float, saved_ratio: float):
+    """A real checkpoint (50 transitions in its replay) that still owes ``carry`` gradient steps,
+    saved by a bot trained at ``saved_ratio``."""
+    import numpy as np
+    from helpers import ACT_SPACE, OBS_SPACE, small_cfg
+
+    from sacbot import checkpoint as ck
+    from sacbot.agent import learner_spaces
+    from sacbot.messages import NewEpisode, Transition
+    from sacbot.training import TrainingState, handle_message
+
+    cfg = small_cfg(tmp_path)
+    st = TrainingState.fresh(cfg, 3, 1)
+    handle_message(st, NewEpisode("x"))
+    for t in range(50):
+        handle_message(st, Transition(np.full(3, t / 50, np.float32), np.zeros(1, np.float32), 0.1,
+                                      np.full(3, (t + 1) / 50, np.float32), False, False))
+    st.pending, st.utd_carry = 0, carry
+    ck.write_checkpoint(cfg.weights_dir, st.payload(True), config={**cfg.to_dict(), "utd_ratio": saved_ratio},
+                        spaces=learner_spaces(3, OBS_SPACE, ACT_SPACE))
+    return cfg
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("carry,saved_ratio", [(1e300, 1e300), (200.0, 256.0)])
+def test_a_resume_at_another_utd_ratio_trains_at_the_new_one_from_the_first_step(tmp_path, carry, saved_ratio):
+    """At --utd-ratio 1e300 a checkpoint saved a huge carry; a resume at --utd-ratio 1 still ran 256
+    gradient steps per env step, for good.  A carry owed at 256 steps per transition is one step's
+    worth at ratio 1."""
+    import dataclasses
+
+    from helpers import ACT_SPACE, OBS_SPACE, play
+
+    from sacbot import checkpoint as ck
+    from sacbot.agent import Agent
+
+    cfg = dataclasses.replace(_checkpoint_with_carry(tmp_path, carry, saved_ratio), pace="lockstep", utd_ratio=1.0)
+    with Agent(cfg, OBS_SPACE, ACT_SPACE, log=lambda m: None) as agent:
+        before = agent.status()["learner_steps"]
+        play(agent, 20)
+        took = agent.status()["learner_steps"] - before
+    assert 20 <= took <= 22, f"{took} gradient steps for 20 env steps at --utd-ratio 1"
+    saved = ck.read_checkpoint(cfg.latest_path)
+    assert saved["meta"]["utd_carry"] < 2.0
+
+
+def test_the_resumed_carry_is_rescaled_to_the_current_ratio_and_bounded_by_one_pass():
+    import math
+
+    from sacbot.training import MAX_PASS_STEPS, resumed_carry
+
+    assert resumed_carry(5.5, 8.0, 8.0) == 5.5  # unchanged: a lockstep resume stays exact
+    assert resumed_carry(6.0, 8.0, 2.0) == 1.5  # 0.75 transitions' worth, at the new ratio
+    assert resumed_carry(6.0, 8.0, 0.0) == 0.0  # --utd-ratio 0 owes nothing
+    assert resumed_carry(0.4, 0.0, 2.0) == 0.0  # nothing was owed at ratio 0
+    bound = 1 + MAX_PASS_STEPS
+    for carry, saved in ((1e300, None), (math.inf, 1.0), (5000.0, 1.0), (1e300, 1e-300)):
+        assert resumed_carry(carry, saved, 1.0) < bound  # a backlog, or no ratio saved: one pass at most
+    assert resumed_carry(math.nan, 1.0, 1.0) == 0.0 and resumed_carry(-3.0, None, 1.0) == 0.0
+
+
+# --- combinations that cannot fit in memory -----------------------------------------------
+def test_a_replay_that_cannot_fit_this_machine_is_refused_before_anything_is_allocated(tmp_path):
+    """10M rows of a 100,000-value observation: 8 TB, without the checkpoint cap to catch it when the
+    replay is not saved.  It failed in the learner's first allocation, or later, in the OOM killer."""
+    import gymnasium as gym
+    import numpy as np
+    from helpers import ACT_SPACE, small_cfg
+
+    from sacbot.agent import Agent
+
+    wide = gym.spaces.Box(-1, 1, (100_000,), np.float32)
+    cfg = small_cfg(tmp_path, buffer_size=10_000_000, save_replay=False)
+    with pytest.raises(ConfigError, match=r"the replay \(buffer_size = 10,000,000 rows of 800,030 bytes for a "
+                                          r"100000-value observation\) needs 8.0 TB.*this machine has "
+                                          r"\(buffer_size = [\d,]+ at most fits beside it\); lower --buffer-size"):
+        Agent(cfg, wide, ACT_SPACE, log=lambda m: None)
+    assert not os.path.exists(cfg.weights_dir)  # refused before the weights directory was made
+
+
+def test_a_gradient_step_that_cannot_fit_this_machine_is_refused(tmp_path):
+    """batch 4096 x (1024 + 1024 + 1) steps x hidden 1024: at least 550 GB for one update's
+    activations (~34 floats per step and unit measured; 16 counted).  It started, and would have
+    died in its first gradient step."""
+    from helpers import ACT_SPACE, OBS_SPACE, small_cfg
+
+    from sacbot.agent import Agent
+
+    if os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") > 500e9:
+        pytest.skip("this machine has the memory for it")
+    cfg = small_cfg(tmp_path, batch_size=4096, seq_len=1024, burn_in=1024, hidden=1024, learning_starts=4096,
+                    save_replay=False)
+    with pytest.raises(ConfigError, match=r"one gradient step \(batch_size = 4096 sequences of burn_in \+ seq_len "
+                                          r"\+ 1 = 2049 steps, hidden = 1024\) needs at least 550.\d GB of memory.*"
+                                          r"batch_size = \d+ at most fits"):
+        Agent(cfg, OBS_SPACE, ACT_SPACE, log=lambda m: None)
+    assert not os.path.exists(cfg.weights_dir)

@@ -188,3 +188,150 @@ def test_eval_runs_n_episodes_per_opponent_of_the_schedule(tmp_path):
     assert r.returncode == 0, r.stderr
     per = json.loads(r.stdout)["per_opponent"]
     assert {k: v["episodes"] for k, v in per.items()} == {"sitting_duck": 3, "spinner": 3}
+
+
+# --- the runner survives its own I/O errors and forgives old crashes (issue 40, rule 8) --------
+# The runner with shutil.copyfile failing as on a full disk (ENOSPC); the bots' own files are fine.
+FULL_DISK_RUNNER = [sys.executable, "-c",
+                    "import errno, shutil, sys\n"
+                    "def full(*a, **k):\n"
+                    "    raise OSError(errno.ENOSPC, 'No space left on device')\n"
+                    "shutil.copyfile = full\n"
+                    "from sacbot.runner import main\n"
+                    "sys.exit(main(sys.argv[1:]))"]
+EVAL = " ".join(FAKE + ["--eval-result", "1.5"])
+
+
+def _run_until(cmd, line, timeout=60):
+    """Start the runner, wait for a stderr line, SIGTERM it; returns (exit code, all of stderr)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watch = StderrWatcher(p)
+    try:
+        watch.wait_line(line, timeout)
+        p.send_signal(signal.SIGTERM)
+        p.wait(30)
+    finally:
+        p.kill()
+    return p.returncode, watch.rest(5)
+
+
+@pytest.mark.timeout(90)
+def test_a_full_disk_while_copying_for_eval_is_an_event_and_the_bots_go_on(tmp_path):
+    """ENOSPC from the eval copy was a traceback out of the runner: every bot stopped, no stopped
+    event, no summary."""
+    cmd = FULL_DISK_RUNNER + ["--root", str(tmp_path), "--bot-cmd", " ".join(FAKE), "--eval-every-rounds", "2",
+                              "--eval-cmd", EVAL, "--", "--latest", "--period", "0.1"]
+    code, err = _run_until(cmd, "runner: io_error bot0")
+    assert code == 0 and "Traceback" not in err, err
+    ev = events(tmp_path)
+    bad = next(e for e in ev if e["event"] == "io_error")
+    assert bad["error"].startswith("ENOSPC") and bad["path"].endswith(os.path.join("bot0", "eval", "sac_latest.zip"))
+    assert "copying the checkpoint for eval" in bad["doing"]
+    assert ev[-1]["event"] == "stopped" and ev[-1]["bots"][0]["restarts"] == 0
+    assert (tmp_path / "bot0" / "weights" / "final_save.txt").exists()  # closed by the runner, not lost
+    assert not (tmp_path / "bot0" / "eval" / "sac_latest.zip").exists()
+
+
+@pytest.mark.timeout(90)
+def test_a_best_zip_that_cannot_be_written_is_an_event_and_the_runner_goes_on(tmp_path):
+    (tmp_path / "bot0" / "best.zip").mkdir(parents=True)  # a directory in its place
+    p, watch = start_runner(tmp_path, "--eval-every-rounds", "2", "--eval-cmd", EVAL,
+                            bot_args=["--latest", "--period", "0.1"])
+    try:
+        watch.wait_line("runner: io_error bot0", 60)
+        p.send_signal(signal.SIGTERM)
+        p.wait(30)
+    finally:
+        p.kill()
+    err = watch.rest(5)
+    assert p.returncode == 0 and "Traceback" not in err, err
+    ev = events(tmp_path)
+    bad = next(e for e in ev if e["event"] == "io_error")
+    assert "writing the new best" in bad["doing"] and bad["path"].endswith("best.zip")
+    assert not any(e["event"] == "new_best" for e in ev) and ev[-1]["event"] == "stopped"
+    with open(tmp_path / "bot0" / "run" / "evals.jsonl") as fh:  # the eval itself is kept
+        assert json.loads(fh.readline())["mean_return"] == 1.5
+
+
+@pytest.mark.timeout(90)
+def test_a_bot_log_that_cannot_be_opened_is_an_event_and_the_bot_still_runs(tmp_path):
+    (tmp_path / "bot0" / "bot.log").mkdir(parents=True)
+    code, err = _run_until(start_cmd(tmp_path), "runner: alive bot0")
+    assert code == 0 and "Traceback" not in err, err
+    ev = events(tmp_path)
+    bad = next(e for e in ev if e["event"] == "io_error")
+    assert "opening the bot's log" in bad["doing"] and bad["error"].startswith("EISDIR")
+    assert [e["event"] for e in ev][-1] == "stopped"
+
+
+def start_cmd(root, *flags, bot_args=()):
+    return RUNNER + ["--root", str(root), "--bot-cmd", " ".join(FAKE), "--backoff", "0.1", *flags, "--", *bot_args]
+
+
+@pytest.mark.timeout(90)
+def test_an_events_file_that_cannot_be_written_is_said_once_and_the_runner_goes_on(tmp_path):
+    (tmp_path / "runner_events.jsonl").mkdir()
+    code, err = _run_until(start_cmd(tmp_path, "--bots", "2"), "runner: alive bot")
+    assert code == 0 and "Traceback" not in err, err
+    said = [x for x in err.splitlines() if "cannot write" in x and "runner_events.jsonl" in x]
+    assert len(said) == 1 and "IsADirectoryError" in said[0], err  # started x2, alive, stopped: said once
+
+
+def _runner(tmp_path, *flags):
+    from sacbot.runner import Runner, parser
+
+    return Runner(parser().parse_args(["--root", str(tmp_path), "--quiet", *flags]))
+
+
+def test_crashes_spread_over_weeks_are_forgiven_and_a_burst_still_gives_up(tmp_path):
+    """The restart count was a lifetime count: a few crashes spread over weeks stopped a bot for good."""
+    r = _runner(tmp_path, "--max-restarts", "2", "--restart-window", "3600", "--backoff", "1")
+    b = r.bots[0]
+    for day in range(10):
+        r.schedule_restart(b, day * 86400.0, "exit code 3")
+        assert r.failed is None, r.failed
+        assert b.next_start == day * 86400.0 + 1.0  # the backoff starts over too
+    assert b.restarts == 10  # still counted, for the summary
+    burst = 100 * 86400.0
+    for k in range(3):
+        r.schedule_restart(b, burst + k, "exit code 3")
+    assert r.failed == "bot0 needed more than 2 restarts within 3600 s (last: exit code 3)"
+
+
+def test_a_restart_counts_against_the_limit_for_exactly_the_window(tmp_path):
+    r = _runner(tmp_path, "--max-restarts", "1", "--restart-window", "60")
+    b = r.bots[0]
+    r.schedule_restart(b, 0.0, "x")
+    r.schedule_restart(b, 60.0, "x")  # the first is 60 s old: forgiven
+    assert r.failed is None
+    r.schedule_restart(b, 119.99, "x")  # the one at 60 s still counts
+    assert r.failed is not None and "more than 1 restarts within 60 s" in r.failed
+
+
+@pytest.mark.timeout(60)
+def test_the_restart_window_must_be_a_positive_number_of_seconds(tmp_path):
+    p = subprocess.run(RUNNER + ["--root", str(tmp_path / "c"), "--restart-window", "0"], capture_output=True,
+                       text=True, timeout=50)
+    assert p.returncode == 2 and "--restart-window must be a finite number > 0" in p.stderr, p.stderr
+
+
+# The runner with a fault of its own (not an I/O error) once bot0 has finished a round.
+FAULTY_RUNNER = [sys.executable, "-c",
+                 "import os, sys\n"
+                 "import sacbot.runner as r\n"
+                 "def fault(path):\n"
+                 "    bot = os.path.dirname(os.path.dirname(path))\n"
+                 "    if os.path.exists(os.path.join(bot, 'weights', 'round_counter.txt')):\n"
+                 "        raise RuntimeError('injected fault')\n"
+                 "r.read_status = fault\n"
+                 "sys.exit(r.main(sys.argv[1:]))"]
+
+
+@pytest.mark.timeout(90)
+def test_a_fault_of_the_runner_itself_still_stops_the_bots_and_writes_the_summary(tmp_path):
+    p = subprocess.run(FAULTY_RUNNER + ["--root", str(tmp_path), "--bot-cmd", " ".join(FAKE), "--",
+                                        "--period", "0.1"], capture_output=True, text=True, timeout=80)
+    assert p.returncode == 1 and "giving up: the runner failed: RuntimeError: injected fault" in p.stderr, p.stderr
+    last = events(tmp_path)[-1]
+    assert last["event"] == "gave_up" and last["bots"][0]["bot"] == 0
+    assert (tmp_path / "bot0" / "weights" / "final_save.txt").exists()  # closed by stop_all, with its save

@@ -20,6 +20,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import torch
+from benchlib import cpu_load
 
 
 def pct(xs_ns) -> dict:
@@ -35,14 +36,22 @@ def main() -> None:
     p.add_argument("--obs-dim", type=int, default=35)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--rates", type=int, nargs="+", default=[30, 200], help="realtime ticks per second to test")
+    p.add_argument("--learner-nice", type=int, default=None, help="the learner's niceness (default: the config's)")
+    p.add_argument("--load", type=int, default=0, help="CPU-bound processes running beside the bot")
     a = p.parse_args()
+    with cpu_load(a.load):
+        bench(a)
+
+
+def bench(a: argparse.Namespace) -> None:
 
     from sacbot.agent import Agent
     from sacbot.config import Config
 
     tmp = tempfile.mkdtemp(prefix="sacbot-bench-")
     cfg = Config(hidden=a.hidden, learning_starts=64, utd_ratio=8.0, calib_updates=10, quiet=True,
-                 run_dir=os.path.join(tmp, "run"), weights_path=os.path.join(tmp, "w"), save_interval=10**9)
+                 run_dir=os.path.join(tmp, "run"), weights_path=os.path.join(tmp, "w"), save_interval=10**9,
+                 **({} if a.learner_nice is None else {"learner_nice": a.learner_nice}))
     obs_space = gym.spaces.Box(-1, 1, (a.obs_dim,), np.float32)
     act_space = gym.spaces.Box(-1, 1, (4,), np.float32)
     agent = Agent(cfg, obs_space, act_space)
@@ -125,7 +134,8 @@ def main() -> None:
         print(json.dumps({"realtime": tps, **realtime[f"{tps}tps"]}), file=sys.stderr, flush=True)
     learner_steps = agent.status()["learner_steps"]
     agent.close()
-    print(json.dumps({"bench": "acting", "hidden": a.hidden, "obs_dim": a.obs_dim,
+    print(json.dumps({"bench": "acting", "hidden": a.hidden, "obs_dim": a.obs_dim, "load": a.load,
+                      "learner_nice": cfg.learner_nice,
                       "act_idle": pct(idle), "act_saturated": pct(sat), "torch_policy_saturated": pct(tlat),
                       "publish_hold": pct(publish_holds), "pull_hold": pct(pull_holds),
                       "policy_lag_versions": {"median": float(np.median(lags)), "max": int(max(lags))},

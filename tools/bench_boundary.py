@@ -43,6 +43,7 @@ import tempfile
 import time
 
 import numpy as np
+from benchlib import cpu_load
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -62,6 +63,10 @@ def log(msg: str) -> None:
 
 
 # --- arms (each runs in its own interpreter: ``bench_boundary.py _arm NAME JSON``) ---------------
+def _nice(nice: int | None) -> dict:
+    return {} if nice is None else {"learner_nice": nice}
+
+
 def _bench_config(tmp: str, **kw):
     from sacbot.config import Config
 
@@ -70,17 +75,17 @@ def _bench_config(tmp: str, **kw):
 
 
 def arm_act(learner: str, env: str, ticks: int, warmup: int, utd: float, hidden: int, learning_starts: int,
-            seed: int, limit_s: float, nice: int = 0) -> dict:
+            seed: int, limit_s: float, nice: int | None = None) -> dict:
     from sacbot.agent import Agent
     from sacbot.driver import make_env, with_env_critic_obs
 
     tmp = tempfile.mkdtemp(prefix="sacbot-bench-act-")
     e = make_env(env)
     cfg = with_env_critic_obs(_bench_config(tmp, env=env, learner=learner, utd_ratio=utd, hidden=hidden, seed=seed,
-                                            learning_starts=learning_starts, pace="free"), e)
-    agent = Agent(cfg, e.observation_space, e.action_space, log=lambda m: None)
-    if nice and learner == "process":  # an experiment: the learner process yields the CPU to acting
-        os.setpriority(os.PRIO_PROCESS, agent.learner.proc.pid, nice)
+                                            learning_starts=learning_starts, pace="free", **_nice(nice)), e)
+    t_start = time.perf_counter()
+    agent = Agent(cfg, e.observation_space, e.action_space, log=lambda m: None)  # returns once the learner is up
+    start_s = time.perf_counter() - t_start
     lat = np.zeros(ticks, np.int64)
     cpu = np.zeros(ticks, np.int64)  # the acting thread's own CPU time in the call
     preempted = np.zeros(ticks, bool)  # an involuntary context switch of the acting thread around the call
@@ -140,7 +145,7 @@ def arm_act(learner: str, env: str, ticks: int, warmup: int, utd: float, hidden:
             "over_1ms": {"calls": int(slow.sum()), "preempted": int((slow & preempted).sum()),
                          "median_wall_us": round(float(np.median(lat[slow])) / 1e3, 1) if slow.any() else None,
                          "median_cpu_us": round(float(np.median(cpu[slow])) / 1e3, 1) if slow.any() else None},
-            "ticks_per_s": round(ticks / wall, 1),
+            "ticks_per_s": round(ticks / wall, 1), "agent_start_s": round(start_s, 3),
             # a pass at UTD 8 drains a full queue (256 transitions: 2,048 steps, tens of seconds), so
             # this counts only passes that ended inside the window; part "steps" measures the rate
             "grad_steps_reported_in_window": int(steps), "drops": drops, "torch_in_bot": "torch" in sys.modules}
@@ -170,7 +175,7 @@ def _transitions(env: str, n: int, seed: int) -> list:
 
 
 def arm_steps(learner: str, env: str, chunk: int, chunks: int, warm_chunks: int, prefill: int, utd: float,
-              hidden: int, calib: int, seed: int, nice: int = 0) -> dict:
+              hidden: int, calib: int, seed: int, nice: int | None = None) -> dict:
     from sacbot.agent import Agent
     from sacbot.driver import make_env, with_env_critic_obs
     from sacbot.messages import Transition
@@ -180,11 +185,10 @@ def arm_steps(learner: str, env: str, chunk: int, chunks: int, warm_chunks: int,
     tmp = tempfile.mkdtemp(prefix="sacbot-bench-steps-")
     e = make_env(env)
     cfg = with_env_critic_obs(_bench_config(tmp, env=env, learner=learner, utd_ratio=utd, hidden=hidden, seed=seed,
-                                            learning_starts=prefill, calib_updates=calib, pace="free"), e)
+                                            learning_starts=prefill, calib_updates=calib, pace="free", **_nice(nice)),
+                              e)
     agent = Agent(cfg, e.observation_space, e.action_space, log=lambda m: None)
     link = agent.learner
-    if nice and learner == "process":
-        os.setpriority(os.PRIO_PROCESS, link.proc.pid, nice)
     sent = 0
     pos = 0
 
@@ -508,12 +512,13 @@ def _ratio_med(num: list, den: list) -> float:
 
 
 # --- the side-by-side parts -----------------------------------------------------------------------
-def variants(nice: int) -> dict[str, dict]:
-    """The arms of a side-by-side part: thread and process learner, and with ``--learner-nice`` the
-    process learner again with its process at that nice value."""
-    out = {"thread": {"learner": "thread"}, "process": {"learner": "process"}}
-    if nice:
-        out[f"process_nice{nice}"] = {"learner": "process", "nice": nice}
+def variants(nice: list[int]) -> dict[str, dict]:
+    """The arms of a side-by-side part: thread and process learner at the default ``learner_nice``,
+    and each again at every value of ``--learner-nice``."""
+    out: dict[str, dict] = {"thread": {"learner": "thread"}, "process": {"learner": "process"}}
+    for n in nice:
+        out[f"thread_nice{n}"] = {"learner": "thread", "nice": n}
+        out[f"process_nice{n}"] = {"learner": "process", "nice": n}
     return out
 
 
@@ -542,8 +547,9 @@ def summarize_act(rows: list[dict]) -> dict:
         out[k]["median_not_preempted"] = {q: round(float(np.median([r[k]["act_not_preempted"][q] for r in rows])), 1)
                                           for q in keys}
         out[k]["median_cpu"] = {q: round(float(np.median([r[k]["act_cpu"][q] for r in rows])), 1) for q in keys}
+        out[k]["median_agent_start_s"] = round(float(np.median([r[k]["agent_start_s"] for r in rows])), 3)
         for part in ("act", "act_pulled", "act_no_pull", "act_not_preempted", "act_cpu", "preempted_calls",
-                     "over_1ms", "ticks_per_s", "drops"):
+                     "over_1ms", "ticks_per_s", "drops", "agent_start_s"):
             out[k][part] = [r[k][part] for r in rows]
         out[k]["torch_in_bot"] = sorted({r[k]["torch_in_bot"] for r in rows})
     for k in rows[0]:
@@ -609,8 +615,11 @@ def main() -> None:
     p.add_argument("--calib", type=int, default=None,
                    help="steps: quantizer calibration updates, all spent before timing (default 64; quick 8)")
     p.add_argument("--iters", type=int, default=None, help="transport: batches per size (default 2000; quick 200)")
-    p.add_argument("--learner-nice", type=int, default=0,
-                   help="act, steps: also run the process learner with its process at this nice value (an experiment)")
+    p.add_argument("--learner-nice", type=int, nargs="*", default=[],
+                   help="act, steps: also run both learners at these learner_nice values (the default arms use "
+                        "the config's default)")
+    p.add_argument("--load", type=int, default=0,
+                   help="act, steps: CPU-bound processes running beside the arms (the core count: every core busy)")
     p.add_argument("--old", default=None, help="startup: a worktree of the code before the boundary (e.g. 7cba3ad)")
     p.add_argument("--no-eval-cli", action="store_true", help="startup: skip `python -m sacbot eval --episodes 1`")
     a = p.parse_args()
@@ -640,15 +649,18 @@ def main() -> None:
         if not a.old:
             log("startup: no --old given; today's code only")
         result["startup"] = part_startup(a.old, 1 if q else max(repeats, 5), not a.no_eval_cli)
-    if "steps" in a.parts:
-        rows = side_by_side("steps", {"env": a.env, "chunk": chunk, "chunks": chunks, "warm_chunks": warm_chunks,
-                                      "prefill": 300, "utd": a.utd, "hidden": a.hidden, "calib": calib, "seed": 0},
-                            arms, repeats, 1800)
-        result["steps"] = {"chunk": chunk, "chunks": chunks, "calib": calib, **summarize_steps(rows)}
-    if "act" in a.parts:
-        rows = side_by_side("act", {"env": a.env, "ticks": ticks, "warmup": warmup, "utd": a.utd, "hidden": a.hidden,
-                                    "learning_starts": ls, "seed": 0, "limit_s": 600.0}, arms, repeats, 1800)
-        result["act"] = {"ticks": ticks, "warmup": warmup, "learning_starts": ls, **summarize_act(rows)}
+    result["load"] = a.load
+    with cpu_load(a.load):
+        if "steps" in a.parts:
+            rows = side_by_side("steps", {"env": a.env, "chunk": chunk, "chunks": chunks, "warm_chunks": warm_chunks,
+                                          "prefill": 300, "utd": a.utd, "hidden": a.hidden, "calib": calib,
+                                          "seed": 0}, arms, repeats, 1800)
+            result["steps"] = {"chunk": chunk, "chunks": chunks, "calib": calib, **summarize_steps(rows)}
+        if "act" in a.parts:
+            rows = side_by_side("act", {"env": a.env, "ticks": ticks, "warmup": warmup, "utd": a.utd,
+                                        "hidden": a.hidden, "learning_starts": ls, "seed": 0, "limit_s": 600.0},
+                                arms, repeats, 1800)
+            result["act"] = {"ticks": ticks, "warmup": warmup, "learning_starts": ls, **summarize_act(rows)}
     result["busy_processes_at_end"] = busy_processes()
     print(json.dumps(result))
 

@@ -35,10 +35,14 @@ def child(directory: str, mb: float) -> None:
     n = max(1, int(mb * (1 << 20) / 4 / 4))
     base = {f"actor.w{i}": rng.standard_normal(n).astype(np.float32) for i in range(4)}
     step = max([s for s, _ in step_files(directory)], default=0)  # steps rise across children
+    rng_state = json.dumps(np.random.default_rng(0).bit_generator.state)
     while True:
         step += 1
         base["actor.w0"][0] = step
-        write_checkpoint(directory, {"arrays": base, "meta": {"grad_steps": step, "env_steps": step}}, keep_last=3)
+        # A whole training state, as a bot's: a writer refuses one a resume could not use.
+        meta = {"grad_steps": step, "env_steps": step, "episodes": 0, "utd_carry": 0.0, "rng_numpy": rng_state,
+                "learner": {"updates": step, "quant_phase": "off", "obs_dim": 1, "act_dim": 1}}
+        write_checkpoint(directory, {"arrays": base, "meta": meta}, keep_last=3)
         print(step, flush=True)
 
 
