@@ -41,22 +41,22 @@ _register("sacbot/TankDuel-v0", entry_point=f"{__name__}.tank_duel:TankDuel",
 _register("sacbot/TankDuelRadar-v0", entry_point=f"{__name__}.tank_duel:TankDuel",
           kwargs={"opponents": ("sitting_duck",), "schedule": "fixed", "gun_control": "turn",
                   "observation": "radar"})
-# The radar duel made learnable (docs/learner.md, "Session 13"): the observation ends in 14 values
+# The radar duel made learnable (docs/experiments.md): the observation ends in 14 values
 # for the critic alone (the enemy's true state; sacbot never gives them to the actor), and
 # potential-based shaping pays a shot on course when it is fired and the gun's turn towards the
 # enemy.  Neither alone taught the learner the duel; together they did with a 120-degree radar (the
 # enemy in view one tick in three).  At v0's 40 degrees the same learner reached 15-30% in 30k.
 # Its preset (sacbot/presets.py) also gives it a critic without memory, which the critic's values
-# make possible: with it every run measured learnt the duel (docs/learner.md, "Session 15").
+# make possible: with it every run measured learnt the duel (docs/experiments.md).
 _register("sacbot/TankDuelRadar-v1", entry_point=f"{__name__}.tank_duel:TankDuel",
           kwargs={"opponents": ("sitting_duck",), "schedule": "fixed", "gun_control": "turn",
                   "observation": "radar", "radar_arc": 120.0, "critic_info": True, "shaping": True})
-# The duel where memory is needed (issue 15): v1's aids (critic-only enemy state, shaping) at v0's
+# The duel where memory is needed, to measure what it buys: v1's aids (critic-only enemy state, shaping) at v0's
 # 40-degree radar, so the radar's sweep holds the enemy a third as often as v1's.  tools/bench_radar_bounds.py
 # measures what that does: a memoryless policy that fires on a sighting still wins v1 (120 degrees)
 # 100% under a learner's gun noise, but at 40 degrees it wins 22-54% against sitting_duck and 2-10%
-# against tracker, while one that remembers the last sighting wins 100% (docs/learner.md,
-# "Session 20").  A name of its own, not TankDuelRadar-v2: gymnasium would then call v1 out of date
+# against tracker, while one that remembers the last sighting wins 100% (docs/experiments.md).
+# A name of its own, not TankDuelRadar-v2: gymnasium would then call v1 out of date
 # and play v2 for an unversioned "sacbot/TankDuelRadar", and v1 is not superseded, it is easier.
 _register("sacbot/TankDuelMemory-v0", entry_point=f"{__name__}.tank_duel:TankDuel",
           kwargs={"opponents": ("sitting_duck",), "schedule": "fixed", "gun_control": "turn",

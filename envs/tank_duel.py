@@ -90,8 +90,8 @@ and the radar's heading can carry more); against walker memory wins more.  Its 3
 =====  ==========================================================================
 
 Two learning aids, for the radar observation, registered together with a 120-degree radar as
-``sacbot/TankDuelRadar-v1`` (docs/learner.md, "Session 13": without them the learner did not
-learn the radar duel):
+``sacbot/TankDuelRadar-v1`` (without them the learner did not learn the radar duel;
+docs/experiments.md, "The radar duels and memory"):
 
 * ``critic_info=True`` appends 14 values for the critic alone (an asymmetric critic): the enemy
   values 11-23 as if it were in the arc (11 is then always 1), and our bullets on course to it / 3.
@@ -258,7 +258,7 @@ class TankDuel(gym.Env):
         self.gun_control, self.observation = gun_control, observation
         # The radar's arc width in degrees; 360 sees the enemy every tick.  No registered duel
         # changes it: it exists to measure how learning depends on how often the enemy is seen,
-        # and for curricula that start wide (docs/learner.md, "Session 11").
+        # and for curricula that start wide (docs/experiments.md, "The radar duels and memory").
         if isinstance(radar_arc, bool) or not isinstance(radar_arc, numbers.Real) \
                 or not 0.0 < float(radar_arc) <= 360.0:
             raise ValueError(f"radar_arc must be a number of degrees in (0, 360], got {radar_arc!r}")
@@ -403,7 +403,7 @@ class TankDuel(gym.Env):
             # that discounts (Ng's term is gamma * phi(s'), and the env does not know gamma): at
             # 0.99 a shot that is on course when fired nets (1 - 0.99^k) of its credit even if the
             # target then turns away, and zeroing phi at truncation, where the learner bootstraps,
-            # errs on that one tick.  Kept so, as measured (docs/learner.md, "Session 13").
+            # errs on that one tick.  Kept so: the duel was measured with it (docs/experiments.md).
             potential = 0.0 if terminated or truncated else self._shaping_potential()
             reward += potential - self._potential
             self._potential = potential

@@ -205,7 +205,7 @@ def check_settings(cfg: Config, obs_dim: int, act_dim: int) -> None:
     if need > ck.MAX_CHECKPOINT_BYTES:  # its checkpoints could never be written, nor read back
         raise ConfigError(f"hidden = {cfg.hidden} with buffer_size = {cfg.buffer_size} makes checkpoints of up to "
                           f"{need:,} bytes, over sacbot's cap of {ck.MAX_CHECKPOINT_BYTES:,} (bounded reads, "
-                          "docs/operations.md): lower --buffer-size, or pass --no-save-replay")
+                          "docs/design.md): lower --buffer-size, or pass --no-save-replay")
     if cfg.device != "cpu":
         from .sac import resolve_device  # torch, here only because a GPU was asked for
 

@@ -1,4 +1,4 @@
-"""Checkpoint format (SPEC section 12): a zip of zstd-compressed msgpack entries.
+"""Checkpoint format: a zip of zstd-compressed msgpack entries.
 
 Usage::
 
@@ -32,12 +32,13 @@ a temp file in the same directory, are fsynced, renamed over the target and the
 directory is fsynced, so a crash leaves either the old file or the new one.  Nothing
 is ever unpickled: msgpack decodes with ``raw=False`` and ``strict_map_key``.
 
-Bounded reads (issue 14): a checkpoint may hold at most a *byte cap* of decompressed data, derived
-from the sizes of the bot it holds (``checkpoint_byte_cap``: learner arrays from ``hidden`` and the
-spaces, replay rows from ``buffer_size``, twice over plus 1 MiB) and never more than
-``MAX_CHECKPOINT_BYTES``.  Every size the file declares (zip member sizes, the manifest's ``size`` and
-``raw_size``, each zstd frame's content size) is checked against the cap before anything is read, and
-each decompression is bounded by it.  A zip member that is itself compressed is refused outright: sacbot
+Bounded reads, so that a damaged or hostile file cannot exhaust memory: a checkpoint may hold at
+most a *byte cap* of decompressed data, derived from the sizes of the bot it holds
+(``checkpoint_byte_cap``: learner arrays from ``hidden`` and the spaces, replay rows from
+``buffer_size``, twice over plus 1 MiB) and never more than ``MAX_CHECKPOINT_BYTES``.  Every size
+the file declares (zip member sizes, the manifest's ``size`` and ``raw_size``, each zstd frame's
+content size) is checked against the cap before anything is read, and each decompression is
+bounded by it.  A zip member that is itself compressed is refused outright: sacbot
 stores its members uncompressed, and a deflated member is how a small file declares gigabytes.
 A writer never writes a file its own readers would refuse: ``write_checkpoint`` checks the same cap,
 and refuses arrays that hold NaN or inf (``NonFiniteState``).
@@ -102,7 +103,7 @@ TMP_RE = re.compile(r"^" + re.escape(TMP_PREFIX) + r"(\d+)-")  # the writer's PI
 MAX_CHECKPOINT_BYTES = 1 << 30
 MAX_ENTRY_BYTES = MAX_CHECKPOINT_BYTES  # kept for callers of the old per-entry name
 MAX_MANIFEST_BYTES = 1 << 20
-FC_HIDDEN = 128  # fc2 width of actor and critic (SPEC 10; sacbot.sac.FC_HIDDEN, not imported: torch)
+FC_HIDDEN = 128  # fc2 width of actor and critic (sacbot.sac.FC_HIDDEN, not imported: torch)
 CAP_FACTOR = 2  # the cap is twice the estimate: a margin for layers added later, never a tight fit
 CAP_SLACK = 1 << 20  # names, headers, RNG states and counters (a few KB measured), with room to spare
 MAX_ENTRIES = 80  # the fixed entries + up to 64 replay chunks
@@ -292,7 +293,7 @@ def temp_path(path: str) -> str:
 
 
 def atomic_write(path: str, write: Callable[[BinaryIO], object], durable: bool = True) -> None:
-    """THE atomic write (issue 12): ``write(fh)`` into a temp file in the same directory, flush,
+    """THE atomic write, the only one in sacbot: ``write(fh)`` into a temp file in the same directory, flush,
     fsync, os.replace, fsync the directory: a crash leaves the old file or the new one, never a mix.
     ``durable=False`` leaves out both fsyncs (for the once-a-second heartbeat, written on the acting
     thread, where an fsync could stall a tick and an older heartbeat after a power cut is harmless)."""
@@ -551,8 +552,8 @@ def _verifies(path: str) -> bool:
 
 def rotate(directory: str, keep_last: int, verified: tuple[str, ...] = (), latest_name: str = LATEST) -> list[str]:
     """Delete the step files of the bot ``latest_name`` beyond the newest ``keep_last``, but never
-    the newest one that passes full verification (issue 14: NaN saves once rotated the last good
-    file away).  Files are verified newest first and only until one passes; ``verified`` names
+    the newest one that passes full verification (otherwise a run of saves with NaN weights would
+    rotate the last good file away).  Files are verified newest first and only until one passes; ``verified`` names
     files known good (the one just written).  Another bot's step files are never touched.
     Returns the deleted paths."""
     files = [p for _, p in step_files(directory, latest_name)]
@@ -642,7 +643,7 @@ def _read_manifest(zf: zipfile.ZipFile, path: str) -> dict:
         fmt = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise CheckpointError(f"{path}: not a sacbot checkpoint (format {fmt!r})")
     # Before any other check: a newer format may lay its manifest out otherwise, and it is not damage.
-    version = manifest.get("format_version", 1)  # SPEC: a missing version means 1
+    version = manifest.get("format_version", 1)  # format 1 wrote no version
     if not _int_at_least(version, 1):
         raise CheckpointError(f"{path}: manifest format_version = {version!r}, expected an integer >= 1 (corrupt)")
     if version > FORMAT_VERSION:

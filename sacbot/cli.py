@@ -94,7 +94,7 @@ def cmd_run(args, eval_mode: bool) -> int:
             cfg = dataclasses.replace(cfg, episodes=10)
     from .envcheck import check_env
 
-    check_env(cfg)  # a bad env kwarg is a config error before anything is written (issue 14)
+    check_env(cfg)  # a bad env kwarg is a config error before anything is written
     from .tensorboard import start_sink
 
     sink = start_sink(cfg)  # None without --tensorboard; without the extra a config error (exit 2)
@@ -187,7 +187,7 @@ def cmd_inspect(args) -> int:
     print(f"  sacbot {m.get('sacbot_version')}, step {m.get('step')}, env steps {m.get('env_steps')}")
     for n, e in sorted(m.get("entries", {}).items()):
         print(f"  {n:24s} {e['size']:>12,d} bytes  sha256 {e['sha256'][:16]}…  verified")
-    # The read was bounded (issue 14): say by how much, and where the bound came from.
+    # The read was bounded: say by how much, and where the bound came from.
     raw = sum(e.get("raw_size", e["size"]) for e in m.get("entries", {}).values())
     cap = ck["byte_cap"]
     print(f"  byte cap {cap.bytes:,d} ({cap.why}); the entries hold {raw:,d} decompressed bytes")

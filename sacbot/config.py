@@ -3,7 +3,7 @@
 Precedence, lowest to highest: defaults < the preset of the env id (``sacbot/presets.py``)
 < TOML file < ``SACBOT_*`` env vars < flags.  A field ``utd_ratio`` is the TOML key
 ``utd_ratio``, the env var ``SACBOT_UTD_RATIO`` and the flag ``--utd-ratio``.  The original
-bot's ``SACLSTM_*`` names (SPEC 15) are read as aliases of five of them.  A bad value raises
+bot's ``SACLSTM_*`` names are read as aliases of five of them.  A bad value raises
 :class:`ConfigError`, which names the setting, the value and what is accepted; the CLI
 turns it into exit code 2.
 
@@ -24,7 +24,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 ENV_PREFIX = "SACBOT_"
-# The original bot's variables (SPEC 15), read as aliases; a SACBOT_* name set too wins.
+# The original bot's variables, read as aliases so its launch scripts keep working; a SACBOT_*
+# name set too wins.
 ALIASES = {"SACLSTM_UTD_RATIO": "utd_ratio", "SACLSTM_BATCH_SIZE": "batch_size",
            "SACLSTM_SAVE_INTERVAL": "save_interval", "SACLSTM_WEIGHTS_PATH": "weights_path",
            "SACLSTM_EVAL_MODE": "eval_mode"}
@@ -80,7 +81,7 @@ class Config:
                                       "(a name ending in .zip, e.g. weights/sac_latest.zip).")
     quiet: bool = _f(False, "No live progress line.")
     # --- learner -------------------------------------------------------------------
-    # The maxima below are ceilings against typos (issue 14): past them an allocation fails
+    # The maxima below are ceilings against typos: past them an allocation fails
     # with a MemoryError or torch crashes, so a clear error up front is kinder.
     # hidden 4096: each LSTM holds 4h(h + in) weights, ~64M at 4096, times actor, critic,
     # target and Adam's two moments: gigabytes already.
@@ -146,7 +147,7 @@ class Config:
     calib_updates: int = _f(500, "Updates observed in fp32 before fake quantization starts.",
                             min=1, max=MAX_COUNT, group="learner")
     device: str = _f("cpu", "Torch device of the learner (cpu, cuda, cuda:N).", group="learner")
-    # 256: torch segfaulted at 100000 (issue 14); no machine sacbot targets has more cores.
+    # 256: torch segfaulted at 100000; no machine sacbot targets has more cores.
     torch_threads: int = _f(1, "Torch intra-op threads of the learner (at most 256).", min=1, max=256,
                             group="learner")
     # Measured with one other CPU-bound process on a 2-core machine: at the bot's own priority
@@ -262,7 +263,7 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    # --- where files go (SPEC 13 and 15) ---------------------------------------------
+    # --- where files go ----------------------------------------------------------------
     # The original bot's weights path named the newest checkpoint itself; sacbot's names a
     # directory.  These properties give every file's place for both, so callers never test
     # the layout themselves.

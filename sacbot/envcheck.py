@@ -1,8 +1,8 @@
 """Check the configured env before a run starts: make it, reset it, take one step.
 
-A wrong env kwarg (``{"g": "abc"}`` for Pendulum-v1) used to pass ``gym.make`` and fail
-inside ``env.step`` only after the agent had started and written a step-0 checkpoint
-(issue 14).  Stepping once up front turns it into a configuration error (exit 2) with
+A wrong env kwarg (``{"g": "abc"}`` for Pendulum-v1) passes ``gym.make`` and fails only
+inside ``env.step``, after the agent would have started and written a step-0 checkpoint.
+Stepping once up front turns it into a configuration error (exit 2) with
 nothing written.  Torch-free, like the acting side: it runs before the learner exists.
 
     check_env(cfg)   # raises ConfigError naming env, env_kwargs and the error

@@ -1,4 +1,5 @@
-"""The I/O thread (SPEC 5): writes each offered checkpoint atomically, off the training thread.
+"""The I/O thread: writes each offered checkpoint atomically, off the training thread, so a slow
+disk never stalls training.
 
 Usage (inside a learner, which owns both ends)::
 

@@ -1,4 +1,4 @@
-"""The learner boundary (SPEC 14): how a bot talks to its learner, in plain messages only.
+"""The learner boundary: how a bot talks to its learner, in plain messages only.
 
 A bot holds one :class:`Learner` and nothing else of the learning side.  Whether the learner is a
 thread in this process (:mod:`sacbot.thread_learner`), a child process

@@ -1,4 +1,4 @@
-"""Liveness files (SPEC section 7): the round counter and the status.json heartbeat.
+"""Liveness files: the round counter and the status.json heartbeat, for watchers outside the bot.
 
 Both are written by the acting loop itself, atomically (temp file, then rename), so
 a reader never sees a torn value and a stuck loop shows as a stale file.

@@ -1,4 +1,4 @@
-"""One writer per weights directory (issue 14): an OS lock on ``<dir>/.sacbot.lock``.
+"""One writer per weights directory, so two bots never race on one checkpoint: an OS lock on ``<dir>/.sacbot.lock``.
 
 Usage::
 

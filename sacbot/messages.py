@@ -1,7 +1,7 @@
 """Messages from acting to training, as plain data with a msgpack wire form.
 
-Only numpy arrays, Python scalars and strings cross a thread boundary (SPEC section 1),
-so every message can be sent between processes unchanged::
+Only numpy arrays, Python scalars and strings cross a thread boundary (never a torch object:
+the acting side imports no torch), so every message can be sent between processes unchanged::
 
     msg = Transition(obs, action, reward, next_obs, terminated, truncated)
     assert decode(encode(msg)) == msg      # arrays compare with np.array_equal

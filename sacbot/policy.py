@@ -11,8 +11,8 @@ Usage::
 It computes what the learner's fake-quant actor computes (sacbot/quant.py): quantized
 linear layers multiply integer-valued float32 arrays, which is exact, then apply
 ``s_x * s_w``; the LSTM sees the dequantized input and weights and keeps an fp32 state.
-SPEC section 1 says why acting runs in numpy: torch on the acting thread, next to a
-training thread, showed p99 ~9 ms per call; numpy stays near 0.1 ms.
+Acting runs in numpy because torch on the acting thread, next to a training thread, showed
+p99 ~9 ms per call; numpy stays near 0.1 ms.
 """
 
 from __future__ import annotations

@@ -13,32 +13,34 @@ PRESETS: dict[str, dict] = {
     # runs in BENCHMARKS.md used.  n-step returns (5): a hit's reward lands 20-40 ticks after
     # the shot, and with one-step targets the learnt trigger decayed (fire rate and power fell,
     # the aim did not) and the win rate with it.  Against sitting_duck, 3 seeds to 40k
-    # (docs/learner.md, session 7): n_step 5 first reached 90% at 6.0k, 8.5k and 11k env steps
-    # and never fell below 80% after (two more seeds: one did, to 50%, early); n_step 1 fell to
-    # 75% after 90% on one seed and dipped to 10-15% before reaching it on the other two.
+    # (docs/experiments.md, "Learning TankDuel"): n_step 5 first reached 90% at 6.0k, 8.5k and
+    # 11k env steps and never fell below 80% after (two more seeds: one did, to 50%, early);
+    # n_step 1 fell to 75% after 90% on one seed and dipped to 10-15% before reaching it on the
+    # other two.
     # Burn-in (8): each sampled sequence starts from an LSTM state warmed on the 8 steps before
-    # it, not from zeros.  Against sitting_duck, seeds 0-4 to 40k (docs/learner.md, sessions 8
-    # and 9): all 5 pass the stability goal (without it 4, seed 4 fell to 50%), first reaching
-    # 90% 0-10k steps later (later on 4 of 5).  From scratch against spinner, seeds 0-2: 90/80/100% at 40k
-    # against 100/60/35% without.  It costs 0.83-0.91x in gradient steps/s (8 more steps per 32).
+    # it, not from zeros.  Against sitting_duck, seeds 0-4 to 40k: all 5 pass the stability goal
+    # (without it 4, seed 4 fell to 50%), first reaching 90% 0-10k steps later (later on 4 of 5).
+    # From scratch against spinner, seeds 0-2: 90/80/100% at 40k against 100/60/35% without.
+    # It costs 0.83-0.91x in gradient steps/s (8 more steps per 32).
     "sacbot/TankDuel-v0": {"init_alpha": 0.02, "n_step": 5, "burn_in": 8},
     # The same rewards, so the same temperature; only the observation differs.
     "sacbot/TankDuelRadar-v0": {"init_alpha": 0.02},
-    # v1 (an asymmetric critic and shaping, docs/learner.md "Session 13"): TankDuel-v0's learning
-    # settings, which its runs used.  Its critic-only values set critic_obs through the env itself.
-    # A critic without memory (sessions 15-16): those values give the critic the enemy's state, so
-    # it needs no history (with the recurrent one, sitting_duck seed 1 won 35% at 60k, against 100%).
-    # An entropy target of -0.5 per action dimension (-2, not SAC's -4; session 17): the policy
+    # v1 (an asymmetric critic and shaping; docs/experiments.md, "The radar duels and memory"):
+    # TankDuel-v0's learning settings, which its runs used.  Its critic-only values set
+    # critic_obs through the env itself.
+    # A critic without memory: those values give the critic the enemy's state, so it needs no
+    # history (with the recurrent one, sitting_duck seed 1 won 35% at 60k, against 100%).
+    # An entropy target of -0.5 per action dimension (-2, not SAC's -4): the policy
     # explores more.  At -4, tracker seed 3 found no kill before 53.6k env steps (5% at 60k); at -2
     # its first came at 24.6k.  Seeds 0-4, won at 60k: sitting_duck 100/100/100/100/95%, tracker
     # 100/95/100/85/100%.
     "sacbot/TankDuelRadar-v1": {"init_alpha": 0.02, "n_step": 5, "burn_in": 8, "critic_memory": False,
                                 "target_entropy_per_dim": -0.5},
     # Pendulum with the angle alone: pomdp-baselines' gamma (configs/pomdp/pendulum, 0.9).  Side by
-    # side, 25k lockstep steps, eval of 10 episodes, seeds 0 and 1 (docs/learner.md, session 5):
+    # side, 25k lockstep steps, eval of 10 episodes, seeds 0 and 1 (docs/experiments.md):
     # gamma 0.9 -145 and -158, the default 0.99 -154 and -208, and 0.9 was ahead all the way
     # (at 11k: -274 and -176 against -697 and -507).  And, as pomdp-baselines' recurrent agents
-    # have them, the previous reward as an input and 128 LSTM units (session 6, docs/learner.md):
+    # have them, the previous reward as an input and 128 LSTM units (docs/experiments.md):
     # 3 seeds at 25k, -129, -130, -197 (mean -152); at hidden 64 -129, -127, -348 (mean -201).
     "sacbot/Pendulum-P-v0": {"gamma": 0.9, "reward_input": True, "hidden": 128},
     # Velocity alone: the same anchor.  The reward (-(angle^2 + ...)) tells the angle the
@@ -46,8 +48,8 @@ PRESETS: dict[str, dict] = {
     "sacbot/Pendulum-V-v0": {"gamma": 0.9, "reward_input": True},
 }
 
-# v1 at a 40-degree radar: v1's settings, unchanged.  The pilot (seed 0, 60k, docs/learner.md
-# "Session 20") won 95% against sitting_duck and against tracker with them.
+# v1 at a 40-degree radar: v1's settings, unchanged.  The pilot (seed 0, 60k, docs/experiments.md)
+# won 95% against sitting_duck and against tracker with them.
 PRESETS["sacbot/TankDuelMemory-v0"] = dict(PRESETS["sacbot/TankDuelRadar-v1"])
 
 

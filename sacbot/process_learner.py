@@ -5,10 +5,10 @@
     final = learner.close(acting_rng)
 
 Why a process: acting then has an interpreter of its own and never waits for the training loop's
-GIL (SPEC 1 measured torch on a shared GIL at p99 ~9 ms per act).  The parent side imports no
+GIL (torch on the acting thread beside a training thread measured p99 ~9 ms per act).  The parent side imports no
 torch; the child builds the learner, the replay and the I/O thread itself.
 
-Transport (docs/learner-boundary.md has the measurements): two one-way ``multiprocessing`` pipes
+Transport (docs/design.md says why; BENCHMARKS.md has the measurements): two one-way ``multiprocessing`` pipes
 of msgpack bytes, made with the ``spawn`` start method (no fork of a process holding threads).
 
 * bot -> learner: a *sender* thread drains the bounded outgoing queue and writes each batch as one

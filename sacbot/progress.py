@@ -3,8 +3,8 @@
 * A terminal gets one live rich line, redrawn twice a second.
 * Anything else (a pipe, a file, CI, ``nohup``, a runner's log) gets a full plain line every
   ``interval`` seconds and one at the end, as tqdm's non-tty mode and SB3's logger do.  A live
-  line there would be cut to rich's default 80 columns and drawn once, at the end (issue 16:
-  ``s… steps 9988  ret(avg20) 8.1 … dr…``).
+  line there would be cut to rich's default 80 columns and drawn once, at the end
+  (``s… steps 9988  ret(avg20) 8.1 … dr…``).
 
 Usage::
 

@@ -1,6 +1,6 @@
 """Quantization-aware layers: LSQ fake quantization for a linear layer and an LSTM.
 
-Pipeline (SPEC section 11): *calibrating* (fp32 forward, input ranges observed)
+Pipeline: *calibrating* (fp32 forward, input ranges observed)
 -> *quantizing* (fake-quant forward, learned scales) -> export (int8 + scales).
 ``off`` keeps plain fp32 throughout, for comparison.
 
@@ -21,10 +21,10 @@ sizes.  Their forwards run the same ops as the composable pieces,
 ``LsqQuantizer.scale()`` and ``integer()``; export uses those pieces, and a test checks
 the fused gradients against autograd through them.
 
-The LSTM takes the "fused kernel" route of issue 2: weights and the layer input are
-fake-quantized, then ``torch.lstm`` runs the recurrence in C++.  The recurrent state
-h, c is not quantized, so a Python loop over time is never needed; docs/learner.md
-has the measurement behind that choice.
+The LSTM takes the "fused kernel" route: weights and the layer input are fake-quantized,
+then ``torch.lstm`` runs the recurrence in C++.  The recurrent state h, c is not quantized,
+so a Python loop over time is never needed; docs/experiments.md ("Learner speed") has the
+measurement behind that choice.
 """
 
 from __future__ import annotations
@@ -312,7 +312,7 @@ class QLSTM(_QuantLayer):
         if x.is_cuda and w_ih is not self.weight_ih:  # fake-quantizing, on a GPU
             # cuDNN's LSTM differs from fp32 maths by ~5e-6 (its own gate functions), enough to
             # move the next layer's quantized input across a rounding edge: 1.3e-4 off the numpy
-            # actor on an H200.  PyTorch's own CUDA LSTM kernels match it to 1.5e-8 (SPEC 11), at
+            # actor on an H200.  PyTorch's own CUDA LSTM kernels match it to 1.5e-8, at
             # ~0.7x cuDNN's steps/s.  Unquantized, cuDNN's 5.5e-7 is within the 1e-5 asked.
             with torch.backends.cudnn.flags(enabled=False):
                 out, h, c = torch.lstm(*args)

@@ -1,4 +1,4 @@
-"""Many bots, one learner, on Ray (issue 13; docs/scale-out.md has the picture and the scale model).
+"""Many bots, one learner, on Ray (docs/design.md has the picture, docs/guide.md the scale model).
 
     ray.init(namespace="sacbot")
     learner = start_learner(spec, resources)              # a Ray actor: learner, replay, I/O thread

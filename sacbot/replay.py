@@ -37,7 +37,7 @@ _DATA = ("obs", "next_obs", "act", "rew", "terminated", "truncated", "episode")
 _LINKS = ("source", "prev", "next")  # absent from checkpoints older than many-source replay
 _ARRAYS = _DATA + _LINKS
 # Checkpoints store the buffer in row chunks, each with a generation that every write bumps,
-# so a periodic save re-encodes only the chunks written since the last one (docs/operations.md).
+# so a periodic save re-encodes only the chunks written since the last one (docs/design.md, "Checkpoints").
 CHUNK_MIN_ROWS = 2048
 MAX_CHUNKS = 64
 # A window start is drawn over all stored rows and redrawn where it hit a cleared one; what is

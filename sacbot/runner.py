@@ -216,7 +216,7 @@ class Runner:
                     self.io_error(b, "watching the bot", getattr(e, "filename", None) or "", e)
             if all(b.finished for b in self.bots):
                 break
-            time.sleep(POLL_S)  # the polling period of the watchdog (SPEC 7), not a synchronisation
+            time.sleep(POLL_S)  # the polling period of the watchdog, not a synchronisation
 
     def check(self, b: Bot, now: float) -> None:
         self.check_eval(b)

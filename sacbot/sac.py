@@ -9,12 +9,12 @@ Usage::
     arrays, meta = learner.state()          # plain arrays + JSON-able scalars
     other.load_state(arrays, meta)          # bitwise-identical continuation
 
-Layout (SPEC section 10, after pomdp-baselines, Ni et al. 2022): actor and critic
-each encode the history (obs_t, a_{t-1}) with their own fc1 -> LSTM.  The critic's
-recurrent core runs **once** per update and serves both Q heads, the replayed actions
-and the policy's actions; the target critic is a polyak copy of core and heads.  The
-naive layout (shared/bench/naive_sac_lstm_step.py) runs 8 LSTM passes forward and 5
-backward per update; this one runs 3 forward (actor, critic, target) and 2 backward.
+Layout (after pomdp-baselines, Ni et al. 2022): actor and critic each encode the history
+(obs_t, a_{t-1}) with their own fc1 -> LSTM.  The critic's recurrent core runs **once** per
+update and serves both Q heads, the replayed actions and the policy's actions; the target
+critic is a polyak copy of core and heads.  A naive layout (one recurrent network per Q, the
+yardstick of ``tools/bench_learner.py``) runs 8 LSTM passes forward and 5 backward per
+update; this one runs 3 forward (actor, critic, target) and 2 backward.
 
 Only the actor is quantization-aware: it is the only network that is deployed, so
 quantizing the critics would add noise and cost for nothing.
@@ -36,7 +36,7 @@ from .quant import OFF, PHASE_NAMES, QLSTM, QUANTIZING, QLinear
 from .replay import SequenceBatch
 
 # CleanRL's soft clamp of the log-std: a hard clamp would zero its gradient.
-FC_HIDDEN = 128  # fc2 width (SPEC section 10)
+FC_HIDDEN = 128  # fc2 width of actor and critic
 
 
 def squash_log_std(raw: torch.Tensor) -> torch.Tensor:
@@ -165,7 +165,7 @@ class SACLSTMLearner:
                              "observation: it must be less than the observation's size")
         device = resolve_device(cfg.device)
         if device.type == "cuda":
-            # The deployed actor is numpy fp32 and must match this one (SPEC 11): no TF32 (it
+            # The deployed actor is numpy fp32 and must match this one: no TF32 (it
             # made them differ by 5.4e-4 on an H200); at these sizes tensor cores buy nothing.
             # The actor's LSTM also avoids cuDNN (see QLSTM.forward).
             torch.backends.cudnn.allow_tf32 = False
@@ -184,7 +184,7 @@ class SACLSTMLearner:
         for m in (self.actor, self.critic, self.target):
             m.to(device)
         # What the parameters are on, not what was asked for ("cuda" becomes "cuda:0"):
-        # status reports this (SPEC 11).
+        # status reports this, so an operator sees where the learner really runs.
         self.device = next(self.actor.parameters()).device
         self.log_alpha = torch.full((), math.log(cfg.init_alpha), device=self.device, requires_grad=True)
         self.target_entropy = cfg.target_entropy_per_dim * act_dim

@@ -9,7 +9,7 @@ Usage::
         params = policy.build_params(reader.arrays)   # rebuilt outside the lock
 
 All arrays live in one preallocated byte buffer, so under the lock a publish or a pull is a
-single memcpy (SPEC section 4).  Packing the arrays into a staging buffer, and unpacking
+single memcpy and acting never waits long on training.  Packing the arrays into a staging buffer, and unpacking
 views out of the reader's copy, happen outside the lock.  A first version copied array by
 array inside the lock; its hold time had a p99 of ~150 µs on a 2-core machine, because the
 Python loop let the other thread take the GIL mid-copy.  The layout changes once, when

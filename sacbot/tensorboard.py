@@ -111,7 +111,7 @@ class Scalars:
 
     def train(self, rec: dict) -> list[Row]:
         # The step is the cumulative gradient step: "steps" since the original's field names
-        # (where "grad_steps" counts one pass's), "grad_steps" in older lines (docs/operations.md).
+        # (where "grad_steps" counts one pass's), "grad_steps" in older lines (docs/reference.md).
         key = "steps" if "steps" in rec else "grad_steps"
         step = rec.get(key)
         if not isinstance(step, int):  # an error line: no pass, no numbers

@@ -1,4 +1,4 @@
-"""The training side: drain experience, then train (SPEC section 3).
+"""The training side: drain experience, then train, so every pass learns from all that has arrived.
 
 The logic is two plain functions of a :class:`TrainingState`, testable without
 threads::
@@ -131,8 +131,9 @@ def handle_message(state: TrainingState, msg, source: int = 0) -> bool:
         state.replay.start_episode(source)
         last = state.opponent.get(source)
         if last is not None and msg.opponent != last and state.cfg.opponent_policy == "clear":
-            # Experience against another opponent would mislead the critic (SPEC 2); only this
-            # source's: the other bots' rows were collected against their own opponents.
+            # Experience against another opponent would mislead the critic: its values were
+            # earned against another policy.  Only this source's: the other bots' rows were
+            # collected against their own opponents.
             state.replay.clear(source)
         state.opponent[source] = msg.opponent
         state.episodes += 1
@@ -230,7 +231,8 @@ def train_pass(state: TrainingState, offer_save: Callable[[TrainingState], bool]
         state.grad_steps += 1
         for k, v in m.items():
             sums[k] = sums.get(k, 0.0) + v
-        # Inside the loop: a long burst of steps still produces saves (SPEC 3).
+        # Inside the loop: a long burst of steps still produces saves, so a crash mid-burst
+        # loses at most save_interval steps.
         if offer_save is not None and state.grad_steps % cfg.save_interval == 0:
             if not offer_save(state):
                 state.save_offers_dropped += 1
@@ -240,8 +242,8 @@ def train_pass(state: TrainingState, offer_save: Callable[[TrainingState], bool]
     if avg:
         state.losses = avg
     state.passes += 1
-    # The original bot's nine fields, with its names and meanings (SPEC 15): existing campaign
-    # scripts read them.  sacbot's own fields come after.
+    # The original bot's nine fields, with its names and meanings: existing campaign scripts
+    # read them.  sacbot's own fields come after.
     return {"epoch": state.passes, "steps": state.grad_steps, "buffer_size": len(state.replay),
             "drained": drained, "grad_steps": done, **avg, "quant_phase": state.learner.quant_phase}
 
@@ -414,7 +416,7 @@ class LearnerLoop:
             for source, m in items:
                 handle_message(self.state, m, source)
             if shutdown is not None:
-                self.state.pending = 0  # queued transitions go into the buffer untrained (SPEC 6)
+                self.state.pending = 0  # queued transitions go into the buffer untrained: a prompt close
                 return shutdown.acting_rng or None
             if self.state.pending:
                 self._pass()

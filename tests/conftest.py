@@ -23,7 +23,7 @@ def pytest_configure(config) -> None:
 @pytest.fixture(params=LEARNER_KINDS)
 def learner_kind(request) -> str:
     """Run a test once with the thread learner and once with the process learner: both
-    implement the same boundary and must pass the same suite (issue 12)."""
+    implement the same boundary and must pass the same suite."""
     return request.param
 
 

@@ -318,8 +318,8 @@ def test_render_episode_plays_in_the_checkpoints_own_env(pendulum_w, radar_w, tm
     assert p.returncode == 2 and "trained on Pendulum-v1; only the TankDuel envs" in p.stderr, p.stderr
 
 
-# Benchmarks no test ran rotted unseen: bench_acting and bench_checkpoint still read attributes the
-# session-5 boundary removed (agent.snapshot, SaveSlot.held) and died before printing a figure.
+# Benchmarks no test runs rot unseen: a tool that reads an attribute the runtime no longer has
+# (agent.snapshot, SaveSlot.held) dies before printing a figure.  Each runs here at a tiny size.
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("tool, args, check", [
     ("bench_acting", ["--calls", "50", "--ticks", "10", "--hidden", "8", "--rates", "200"],

@@ -1,4 +1,4 @@
-"""The learner boundary (issue 12): torch-free acting, and the process learner's faults."""
+"""The learner boundary: torch-free acting, and the process learner's faults."""
 
 from __future__ import annotations
 

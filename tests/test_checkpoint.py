@@ -374,7 +374,7 @@ def test_a_bot_of_another_game_with_the_same_sizes_is_refused_unless_transfer_is
 
 
 def test_game_difference_reads_old_checkpoints_as_the_game_they_were_trained_in():
-    """Checkpoints from before session 20: an id saved without its version (sacbot now resolves it
+    """Checkpoints from before env_layout was saved: an id saved without its version (sacbot now resolves it
     before saving) is the same game, and a missing env_layout is derived from the saved env and
     kwargs (``layout_of``), as the shipped bot needs."""
     now = {"env": "Pendulum-v1"}
@@ -460,7 +460,7 @@ def test_fuzz_mutated_valid_files_only_raise_checkpoint_error(tmp_path, edits, c
     except ck.CheckpointError:
         return  # refused: the one other outcome allowed
     # A flip in bytes nothing reads (zip header dates, padding) may leave a file that loads; what
-    # it loads must then be the original, bit for bit (issue 12: a test that cannot fail is none).
+    # it loads must then be the original, bit for bit (a test that cannot fail tests nothing).
     want = _valid_loaded()
     assert got["manifest"] == want["manifest"] and got["meta"] == want["meta"]
     assert got["arrays"].keys() == want["arrays"].keys()
@@ -560,7 +560,7 @@ def test_the_newest_is_written_before_its_step_file_and_a_newer_step_file_is_ref
     assert ck.candidates(str(tmp_path))[0].endswith(ck.LATEST)
 
 
-# --- bounded reads: the two bombs of issue 14 -----------------------------------------------
+# --- bounded reads: two decompression bombs --------------------------------------------------
 AS_LIMIT = 3 << 29  # 1.5 GiB of address space for the reading child: the stated memory bound
 RSS_BOUND = 256 << 20  # and its peak RSS (VmHWM) must stay this far below that
 SPACES = {"obs_dim": 3, "act_dim": 1}
@@ -598,7 +598,7 @@ def _stored(name, data):
 
 
 def deflate_bomb(path, gib: int = 3) -> None:
-    """Issue 14's first bomb: a ~3 MB zip whose model entry inflates to ``gib`` GiB of zeros.
+    """The first bomb: a ~3 MB zip whose model entry inflates to ``gib`` GiB of zeros.
     Deflate output after a full flush restarts from a clean state, so one compressed 64 MiB block
     repeats: the stream is built in a second, not by deflating gigabytes."""
     import zlib
@@ -619,7 +619,7 @@ def deflate_bomb(path, gib: int = 3) -> None:
 
 
 def zstd_chunk_bomb(path, chunks: int = 4, mib: int = 512, claim: dict | None = None) -> None:
-    """Issue 14's second bomb: a small checkpoint whose replay is ``chunks`` zstd frames of ``mib``
+    """The second bomb: a small checkpoint whose replay is ``chunks`` zstd frames of ``mib``
     MiB each (a zero-filled replay.obs), every digest and size in the manifest correct.  ``claim``
     overrides the manifest's config (a hostile file can claim any bot)."""
     import struct
@@ -798,7 +798,7 @@ def test_non_finite_arrays_are_never_written(tmp_path, where):
     if where == "weights":
         p["arrays"]["actor.fc1.weight"][0, :2] = [np.nan, np.inf]
     else:
-        p["replay_chunks"][0]["arrays"]["replay.rew"][3] = np.inf  # the 1e300 reward of issue 14
+        p["replay_chunks"][0]["arrays"]["replay.rew"][3] = np.inf  # a 1e300 reward, inf in float32
     named = "actor.fc1.weight \\(2 of" if where == "weights" else "replay.rew \\(replay chunk 0\\) \\(1 of"
     with pytest.raises(ck.NonFiniteState, match="refusing to save step 20: 1 array.* hold NaN or inf: " + named):
         ck.write_checkpoint(str(tmp_path), p, keep_last=1)

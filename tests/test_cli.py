@@ -69,7 +69,7 @@ def test_second_signal_exits_at_once(tmp_path):
 @pytest.mark.timeout(240)
 def test_lockstep_runs_are_deterministic_with_either_learner(tmp_path):
     """The same seed, side by side: thread, process and thread again give identical metrics and
-    identical weights (issue 12: both learners behind the boundary compute the same run)."""
+    identical weights (both learners behind the boundary compute the same run)."""
     runs = {"a": "thread", "b": "process", "c": "thread"}
     procs = []
     for name, kind in runs.items():
@@ -166,7 +166,7 @@ def test_help_works_on_every_subcommand():
 def test_exact_resume_matches_an_uninterrupted_run(tmp_path):
     """N steps (a whole number of episodes), resume for M more, against N + M in one go: the final
     parameters and optimizer state are bitwise identical (compared by entry digests).  (A SIGTERM
-    closes lockstep mid-episode since issue 14, so the first leg ends by --steps.)"""
+    closes lockstep mid-episode, so the first leg ends by --steps.)"""
     small = ["--env", "Pendulum-v1", "--pace", "lockstep", "--seed", "3", "--hidden", "16", "--batch-size", "4",
              "--seq-len", "8", "--learning-starts", "100", "--calib-updates", "50", "--save-interval", "100000"]
     a, b = tmp_path / "a", tmp_path / "b"
@@ -193,7 +193,7 @@ def test_exact_resume_matches_an_uninterrupted_run(tmp_path):
         assert ca["manifest"]["entries"][entry]["sha256"] == cb["manifest"]["entries"][entry]["sha256"], entry
 
 
-# --- issue 14, items 7 and 8: a clear error (exit 2 for settings, 1 for the rest), no traceback ---
+# --- a clear error (exit 2 for settings, 1 for the rest), no traceback ------------------------
 def cli(tmp_path, *args, env=None, cwd=None):
     p = subprocess.run(SACBOT + list(args), capture_output=True, text=True, timeout=60,
                        env={**os.environ, **(env or {})}, cwd=cwd)

@@ -1,4 +1,4 @@
-"""Many bots, one learner, on a local Ray instance (issue 13).  Skipped without the ray extra.
+"""Many bots, one learner, on a local Ray instance.  Skipped without the ray extra.
 
 One cluster serves the fault tests in order (Ray's start-up costs seconds on 2 cores): bots train
 one learner; a bot is killed with SIGKILL and comes back; the learner is killed and comes back
@@ -104,7 +104,7 @@ def test_a_cluster_trains_survives_kills_of_a_bot_and_the_learner_and_closes_on_
                    "both bots' experience in the replay")
 
         # An external game process joins by address and plays on the cluster's learner's weights
-        # (tools/join_cluster.py, the issue's example script).
+        # (tools/join_cluster.py, the documented example script).
         tool = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "join_cluster.py")
         j = subprocess.run([sys.executable, tool, "--address", st["ray_address"], "--source", "100", "--episodes",
                             "1"], capture_output=True, text=True, timeout=within(120),
@@ -114,9 +114,8 @@ def test_a_cluster_trains_survives_kills_of_a_bot_and_the_learner_and_closes_on_
         assert joined["episodes"] == 1 and joined["policy_version"] > 0 and joined["drops"]["transition"] == 0
 
         # kill -9 of a bot's worker: Ray restarts it; the learner is not disturbed.  How fast is not
-        # bounded here (a timed test): under 10 s on an idle machine (this test's bound until session
-        # 21), 10.5 s twice with the two cores running two trainings beside it; 60 s only says it
-        # came back at all.
+        # bounded here (a timed test): under 10 s on an idle machine, 10.5 s twice with the two
+        # cores running two trainings beside it; 60 s only says it came back at all.
         bot_pid = st["bots"]["0"]["pid"]
         version, learner_pid = st["policy_version"], st["learner_pid"]
         os.kill(bot_pid, signal.SIGKILL)

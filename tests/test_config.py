@@ -1,4 +1,4 @@
-"""Config (SPEC 9, 15; issues 14, 15, 16): sources, ceilings, the original's aliases and
+"""Config: sources, ceilings, the original's aliases and
 file layout, per-env presets."""
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def test_config_built_in_code_is_checked_too(kw):
         Config(**kw)
 
 
-# --- the original's variables (SPEC 15, issue 16) ---------------------------------------
+# --- the original's variables -------------------------------------------------------------
 def test_saclstm_aliases_are_read():
     cfg = load_config(None, {"SACLSTM_UTD_RATIO": "0.5", "SACLSTM_BATCH_SIZE": "8",
                              "SACLSTM_SAVE_INTERVAL": "50", "SACLSTM_EVAL_MODE": "1",
@@ -135,7 +135,7 @@ def test_a_bare_zip_name_lives_in_the_working_directory(tmp_path, monkeypatch):
     assert cfg.metrics_path == str(tmp_path.parent / "training_metrics.jsonl")
 
 
-# --- presets (issue 15) -----------------------------------------------------------------
+# --- presets ----------------------------------------------------------------------------
 def test_the_default_env_gets_its_preset_and_says_so(caplog):
     assert preset_for(TANK) is not None and Config.init_alpha == 1.0
     with caplog.at_level(logging.INFO, logger="sacbot"):
@@ -181,7 +181,7 @@ def test_a_preset_with_a_bad_value_names_the_preset(monkeypatch):
         load_config(None, {}, {"env": "Pendulum-v1"})
 
 
-# --- the env check (issue 14) -----------------------------------------------------------
+# --- the env check ----------------------------------------------------------------------
 def test_a_step_checkpoint_as_weights_path_is_refused_for_training_but_read_by_eval():
     with pytest.raises(ConfigError, match="it names a step checkpoint"):
         Config(weights_path="w/sac_step_3.zip")
@@ -261,7 +261,7 @@ def test_a_no_flag_negates_to_its_plain_name_and_undoes_a_toml_setting(tmp_path)
     assert from_args(p.parse_args(["--no-save-replay"]), {}).save_replay is False
 
 
-# --- every setting has a range that can be trained (issue 40, rule 7) -------------------
+# --- every setting has a range that can be trained --------------------------------------
 @pytest.mark.parametrize("raw", ["1e307", "1e300", "257", "-1", "inf", "nan"])
 def test_a_utd_ratio_past_what_a_pass_can_take_is_refused_naming_the_range(raw):
     # 1e307 ended in an OverflowError traceback; 1e300 trained, and saved a carry no resume could shed.

@@ -1,4 +1,4 @@
-"""A trained bot can never be destroyed (issue 14): bad data at the boundary, a poisoned learner,
+"""A trained bot can never be destroyed: bad data at the boundary, a poisoned learner,
 changed settings on resume, failed final saves, slow shutdowns, two game loops on one Agent,
 orphaned bots.  Each test reproduces a case that lost work or accepted garbage before."""
 
@@ -276,7 +276,7 @@ def test_no_fresh_start_refuses_with_every_file_where_it_was(tmp_path):
 @pytest.mark.timeout(120)
 def test_no_fresh_start_leaves_a_file_with_a_sound_actor_and_a_damaged_model_where_it_was(tmp_path):
     """A pre-check that read the actor alone passed such a file; the full load then set it aside
-    before refusing (the review of session 12's first fix)."""
+    before refusing."""
     import zipfile
 
     cfg = small_cfg(tmp_path, pace="lockstep")

@@ -1,4 +1,4 @@
-"""Environments (issue 5): checkers, determinism, TankDuel physics and opponents."""
+"""Environments: checkers, determinism, TankDuel physics and opponents."""
 
 from __future__ import annotations
 
@@ -334,7 +334,7 @@ def test_gif_tool_plays_the_shipped_bot_in_the_duel_it_trained_in(tmp_path):
     assert Image.open(out).n_frames > 10
 
 
-# --- the radar-only duel (issue 15) ---------------------------------------------------------
+# --- the radar-only duel --------------------------------------------------------------------
 RADAR = "sacbot/TankDuelRadar-v0"
 
 
@@ -437,7 +437,7 @@ def test_the_scripted_policies_decode_the_radar_observation_as_documented():
 
 
 def test_a_memoryless_scripted_policy_wins_the_radar_duel_against_sitting_duck():
-    """What the radar duel allows (docs/learner.md, "Session 8"): the gun keeps pointing where
+    """What the radar duel allows (docs/experiments.md): the gun keeps pointing where
     the last sighting put it, so a policy without memory kills the duck too, later than one
     with memory; and a policy that aims at nothing does not."""
     tool = load_tool("bench_radar_bounds")
@@ -616,7 +616,7 @@ def test_v1_carries_nothing_from_earlier_ticks_in_what_the_actor_reads():
 
 
 def test_the_memory_duel_is_v1_at_a_40_degree_radar_and_its_actor_sees_only_this_tick():
-    """sacbot/TankDuelMemory-v0, the duel issue 15's gap goal is measured on: v1's registered
+    """sacbot/TankDuelMemory-v0, the duel BENCHMARKS.md's gap goal is measured on: v1's registered
     kwargs with v0's arc, and, played from its own registered kwargs, the same actions with the
     enemy out of the arc give the actor the same values wherever the enemy was last seen."""
     memory, v1 = gym.spec("sacbot/TankDuelMemory-v0").kwargs, gym.spec("sacbot/TankDuelRadar-v1").kwargs

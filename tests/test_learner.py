@@ -1,4 +1,4 @@
-"""Learner (issue 2): QAT invariants, numpy parity, exact state round trip, SAC maths,
+"""Learner: QAT invariants, numpy parity, exact state round trip, SAC maths,
 and a memory task that only a recurrent learner can solve."""
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ def filled_replay(n=600, seed=0, obs_dim=OBS, act_dim=ACT, ep_len=50):
 
 
 def trained_learner(quant="on", bits=8, updates=12, seed=0, hidden=64):
-    # init_alpha 0.02 (the default until session 5): the parity test below is exact up to float
-    # rounding except where an input lands within ~1e-6 of a rounding edge, which then moves one
-    # integer step (~1e-4 at the action).  These weights have no such input; init_alpha 1.0 gives
-    # one at 8 bits (measured 1.2e-4).  docs/learner.md, "Session 4", has the analysis.
+    # init_alpha 0.02: the parity test below is exact up to float rounding except where an input
+    # lands within ~1e-6 of a rounding edge, which then moves one integer step (~1e-4 at the
+    # action).  These weights have no such input; init_alpha 1.0 gives one at 8 bits (measured
+    # 1.2e-4).  docs/design.md ("Quantization-aware training") says why such edges exist.
     cfg = Config(quant=quant, quant_bits=bits, calib_updates=4, hidden=hidden, seed=seed, init_alpha=0.02)
     learner = SACLSTMLearner(OBS, ACT, cfg)
     buf, rng = filled_replay(seed=seed), np.random.default_rng(seed)
@@ -393,7 +393,7 @@ def test_memory_task_needs_the_lstm():
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="counts oneDNN's LSTM kernels")
 def test_update_runs_three_lstm_passes_forward_and_two_backward():
-    """The point of the shared critic core (SPEC 10): actor, critic and target forward once
+    """The point of the shared critic core: actor, critic and target forward once
     each, and only actor and critic backward, against 8 and 5 in the naive layout."""
     from torch.utils._python_dispatch import TorchDispatchMode
 

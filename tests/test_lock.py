@@ -100,7 +100,7 @@ def test_a_missing_directory_is_an_os_error_not_a_lock_conflict(tmp_path):
         WriterLock(str(tmp_path / "nope")).acquire()
 
 
-# --- issue 40, rule 6: a lock never crosses a fork, and its message names the real holder ----------
+# --- a lock never crosses a fork, and its message names the real holder ---------------------------
 # A bot that forks a worker (multiprocessing with the fork start method) while its Agent holds the
 # lock, then closes the Agent; the worker lives on until the test closes the pipe it reads
 # (argv[2]).  The bot prints the worker's PID, then waits to be killed: the worker outlives it.
@@ -190,7 +190,7 @@ os.waitpid(pid, 0)
 
 @pytest.mark.timeout(60)
 def test_a_plain_fork_child_holds_nothing_and_is_told_its_parent_holds_the_lock(tmp_path):
-    """Not listed in the issue: os.fork() without multiprocessing.  The child cannot take the lock
+    """os.fork() without multiprocessing.  The child cannot take the lock
     its parent holds and is told the parent's PID (not its own process's); once the parent closes
     its lock, the parent takes it again at once though the child still runs."""
     p = subprocess.run([sys.executable, "-c", PLAIN_FORK, str(tmp_path)], capture_output=True, text=True,

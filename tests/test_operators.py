@@ -1,4 +1,4 @@
-"""Operators are told (issue 40, rule 8): a file the bot cannot write is logged once with its path
+"""Operators are told: a file the bot cannot write is logged once with its path
 and error; two bots are never let into one run directory."""
 
 from __future__ import annotations

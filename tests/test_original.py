@@ -1,4 +1,4 @@
-"""The original bot's callers (issue 16, SPEC 15): SACLSTM_* variables and its file layout."""
+"""The original bot's callers: SACLSTM_* variables and its file layout."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from sacbot.training import TrainingState, handle_message, train_pass
 
 pytestmark = pytest.mark.timeout(240)
 SACBOT = [sys.executable, "-m", "sacbot"]
-# The issue's small bot: a few hundred lockstep steps take seconds.
+# A small bot: a few hundred lockstep steps take seconds.
 SMALL = ["--env", "Pendulum-v1", "--hidden", "32", "--batch-size", "8", "--seq-len", "8", "--learning-starts", "64",
          "--pace", "lockstep", "--quiet"]
 SPACES = {"obs_dim": 3, "act_dim": 1}
@@ -87,7 +87,7 @@ def edit_manifest(path, **changes) -> None:
             z.writestr(n, b)
 
 
-# --- rule 1: a bot's files belong to that bot ------------------------------------------------
+# --- a bot's files belong to that bot --------------------------------------------------------
 @pytest.mark.timeout(600)
 def test_two_bots_kept_as_zips_in_one_folder_keep_their_own_files(tmp_path):
     """The original's layout: the weights path names the zip.  b loaded a's newest step file and went
@@ -207,7 +207,7 @@ def test_a_bot_named_as_another_bots_step_file_is_refused_for_training(tmp_path,
     assert not os.path.exists(tmp_path / "models")  # refused before anything was made
 
 
-# --- rule 2: only proven corruption is set aside ----------------------------------------------
+# --- only proven corruption is set aside ------------------------------------------------------
 @pytest.fixture
 def two_saves(tmp_path):
     """A weights dir: step 10 and step 20 (the newest) of one small bot, with its replay."""
@@ -332,7 +332,7 @@ def test_a_corrupt_file_that_cannot_be_moved_aside_stops_loading(two_saves, monk
     assert isinstance(e.value, ck.CheckpointUnreadable)
 
 
-# --- rule 3: everything read from a checkpoint is validated -----------------------------------
+# --- everything read from a checkpoint is validated -------------------------------------------
 OTHER_RNG = json.dumps(np.random.Generator(np.random.PCG64DXSM(0)).bit_generator.state)  # same shape, other generator
 
 

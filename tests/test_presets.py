@@ -1,4 +1,4 @@
-"""The preset table (issue 15): one entry per env id, each a valid setting of a registered env.
+"""The preset table: one entry per env id, each a valid setting of a registered env.
 
 How load_config applies presets (precedence, what overrides them, the log line) is tested in
 tests/test_config.py; here, what the table holds."""
@@ -27,11 +27,11 @@ def test_every_preset_names_a_registered_env_and_loads(env_id):
 
 
 def test_the_tank_duels_keep_their_low_temperature_and_dense_rewards_get_the_default():
-    # TankDuel's ~1.6 per hit is small next to an entropy bonus at alpha 1 (docs/learner.md).
+    # TankDuel's ~1.6 per hit is small next to an entropy bonus at alpha 1 (docs/experiments.md).
     for env_id in ("sacbot/TankDuel-v0", "sacbot/TankDuelRadar-v0", "sacbot/TankDuelRadar-v1",
                    "sacbot/TankDuelMemory-v0"):
         assert preset_for(env_id)[1]["init_alpha"] == 0.02
-    # The 40-degree duel keeps v1's settings, which its pilot used (docs/learner.md, session 20).
+    # The 40-degree duel keeps v1's settings, which its pilot used (docs/experiments.md).
     assert PRESETS["sacbot/TankDuelMemory-v0"] == PRESETS["sacbot/TankDuelRadar-v1"]
     assert Config.init_alpha == 1.0
     for env_id in ("Pendulum-v1", "MountainCarContinuous-v0", "sacbot/CueMemory-v0"):
@@ -40,7 +40,7 @@ def test_the_tank_duels_keep_their_low_temperature_and_dense_rewards_get_the_def
 
 
 def test_the_tank_duel_gets_n_step_returns_and_a_flag_or_env_var_takes_them_back():
-    # A hit's reward lands 20-40 ticks after the shot (docs/learner.md, session 7).
+    # A hit's reward lands 20-40 ticks after the shot (docs/experiments.md).
     assert load_config(None, {}, {"env": "sacbot/TankDuel-v0"}).n_step == 5
     assert load_config(None, {}, {"env": "sacbot/TankDuel-v0", "n_step": "1"}).n_step == 1
     assert load_config(None, {"SACBOT_N_STEP": "3"}, {}).n_step == 3  # the default env is TankDuel
@@ -48,7 +48,7 @@ def test_the_tank_duel_gets_n_step_returns_and_a_flag_or_env_var_takes_them_back
 
 
 def test_the_tank_duel_gets_burn_in_and_a_flag_or_env_var_takes_it_back():
-    # Sequences start from a warmed LSTM state: seed 4's early dips (docs/learner.md, sessions 7-9).
+    # Sequences start from a warmed LSTM state: seed 4's early dips (docs/experiments.md).
     assert load_config(None, {}, {"env": "sacbot/TankDuel-v0"}).burn_in == 8
     assert load_config(None, {}, {"env": "sacbot/TankDuel-v0", "burn_in": "0"}).burn_in == 0
     assert load_config(None, {"SACBOT_BURN_IN": "4"}, {}).burn_in == 4  # the default env is TankDuel
@@ -59,7 +59,7 @@ def test_the_tank_duel_gets_burn_in_and_a_flag_or_env_var_takes_it_back():
 
 
 def test_the_radar_duel_v1_gets_a_critic_without_memory_and_a_flag_gives_it_back():
-    # Its critic-only values hold the enemy's state (docs/learner.md, session 15).
+    # Its critic-only values hold the enemy's state (docs/experiments.md).
     assert load_config(None, {}, {"env": "sacbot/TankDuelRadar-v1"}).critic_memory is False
     assert load_config(None, {}, {"env": "sacbot/TankDuelRadar-v1", "critic_memory": True}).critic_memory is True
     assert load_config(None, {"SACBOT_CRITIC_MEMORY": "1"}, {"env": "sacbot/TankDuelRadar-v1"}).critic_memory is True
@@ -68,7 +68,7 @@ def test_the_radar_duel_v1_gets_a_critic_without_memory_and_a_flag_gives_it_back
 
 
 def test_the_radar_duel_v1_explores_more_and_every_other_env_keeps_sacs_target():
-    # -0.5 per dimension found the first kills against tracker on seeds 0-4 (docs/learner.md, session 17).
+    # -0.5 per dimension found the first kills against tracker on seeds 0-4 (docs/experiments.md).
     assert load_config(None, {}, {"env": "sacbot/TankDuelRadar-v1"}).target_entropy_per_dim == -0.5
     assert load_config(None, {}, {"env": "sacbot/TankDuelRadar-v1",
                                   "target_entropy_per_dim": "-1"}).target_entropy_per_dim == -1.0

@@ -1,5 +1,5 @@
 """Progress output that fits where it goes: full plain lines when stderr is not a terminal
-(a pipe, a file, CI), the live rich line on a terminal (issue 16)."""
+(a pipe, a file, CI), the live rich line on a terminal."""
 
 from __future__ import annotations
 

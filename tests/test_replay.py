@@ -110,7 +110,7 @@ def test_a_saved_empty_buffer_resumes_empty():
     assert len(again) == 0 and again.head == 0
 
 
-# --- many sources in one ring (issue 13) ------------------------------------------------
+# --- many sources in one ring -----------------------------------------------------------
 def interleaved(lengths_by_source, rows, capacity, first_episode=None):
     """Sources take turns row by row; source s plays episodes of ``lengths_by_source[s]`` steps.
     obs = [source, episode number within that source, step], act = [step]."""

@@ -1,4 +1,4 @@
-"""Training runner (issue 6), with real subprocesses and hard timeouts."""
+"""Training runner, with real subprocesses and hard timeouts."""
 
 from __future__ import annotations
 
@@ -190,7 +190,7 @@ def test_eval_runs_n_episodes_per_opponent_of_the_schedule(tmp_path):
     assert {k: v["episodes"] for k, v in per.items()} == {"sitting_duck": 3, "spinner": 3}
 
 
-# --- the runner survives its own I/O errors and forgives old crashes (issue 40, rule 8) --------
+# --- the runner survives its own I/O errors and forgives old crashes ------------------------
 # The runner with shutil.copyfile failing as on a full disk (ENOSPC); the bots' own files are fine.
 FULL_DISK_RUNNER = [sys.executable, "-c",
                     "import errno, shutil, sys\n"

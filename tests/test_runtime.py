@@ -1,4 +1,4 @@
-"""Bot process (issue 3): messages, channels, snapshot, drain-then-train, Agent, eval mode."""
+"""Bot process: messages, channels, snapshot, drain-then-train, Agent, eval mode."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def test_overflow_drops_newest_transitions_and_counts_exactly():
 @pytest.mark.timeout(30)
 def test_episode_starts_are_never_dropped_by_a_full_queue():
     """A NewEpisode lost to a full queue chained two episodes in the replay and could skip an
-    opponent change's clear (issue 14): control messages have reserved places."""
+    opponent change's clear: control messages have reserved places."""
     ch = Channel(capacity=5, reserve=2)
     for i in range(5):
         assert ch.send(tr(i))
@@ -545,7 +545,7 @@ def test_a_layout_change_is_published_whole():
     assert reader.arrays["w_scale"].tolist() == [0.5, 0.25] and bool(reader.arrays["flag"])
 
 
-# --- many sources, one learner (issue 13) -------------------------------------------------
+# --- many sources, one learner ------------------------------------------------------------
 def test_a_new_opponent_clears_only_that_sources_rows_and_opponents_survive_a_resume(tmp_path):
     st = TrainingState.fresh(small_cfg(tmp_path), 3, 1)
     for source, opp in ((0, "walker"), (1, "spinner")):

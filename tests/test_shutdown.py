@@ -1,4 +1,4 @@
-"""Starting and stopping a bot (issue 40, rules 4 and 5).
+"""Starting and stopping a bot.
 
 A failed start leaves nothing behind: no thread, no child process, no lock, nothing written, in
 the Python API and in the CLI.  Every wait of the acting side wakes on the stop request and has a
@@ -103,7 +103,7 @@ def _assert_nothing_left(cfg, threads_before: set, children_before: set, zips_be
     WriterLock(cfg.weights_dir).acquire().close()  # free at once, without waiting for anything
 
 
-# --- rule 4: a failed start leaves nothing behind -------------------------------------------------
+# --- a failed start leaves nothing behind ---------------------------------------------------------
 @pytest.mark.timeout(90)
 def test_a_checkpoint_the_acting_side_refuses_leaves_no_thread_child_or_lock(tmp_path, monkeypatch, learner_kind):
     """The learner started (and, as a process, took the lock itself) before the Agent read the
@@ -175,7 +175,7 @@ def test_a_failed_start_of_sacbot_run_exits_with_a_message_writes_nothing_and_fr
     assert _zips(cfg.weights_dir) == zips
 
 
-# --- rule 5: every wait can be interrupted ---------------------------------------------------------
+# --- every wait can be interrupted -----------------------------------------------------------------
 SLOW_LEARNER = """
 import sys, time
 from sacbot.sac import SACLSTMLearner
@@ -315,7 +315,7 @@ def test_sigterm_with_a_stopped_process_learner_exits_within_the_final_save_dead
 
 @pytest.mark.timeout(120)
 def test_a_signal_while_the_final_save_hangs_on_the_disk_exits_within_the_deadline(tmp_path, learner_kind):
-    """Not listed in the issue: the learner runs, but its I/O thread is stuck in the final write.
+    """The learner runs, but its I/O thread is stuck in the final write.
     The close used to wait 300 s for it (and a process learner 30 s more after a SIGTERM)."""
     p, watch = _bot(tmp_path, HUNG_FINAL_WRITE, "--learner", learner_kind, "--pace", "lockstep",
                     "--final-save-timeout", "2")
@@ -333,7 +333,7 @@ def test_a_signal_while_the_final_save_hangs_on_the_disk_exits_within_the_deadli
 
 @pytest.mark.timeout(120)
 def test_sigint_while_the_learner_is_starting_exits_130_at_once_and_leaves_nothing(tmp_path, learner_kind):
-    """Not listed in the issue: the first wait, for the learner to build itself, looked only at its
+    """The first wait, for the learner to build itself, looked only at its
     own 300 s timeout.  A Ctrl-C there now ends the learner unsaved and exits 130."""
     p, watch = _bot(tmp_path, SLOW_BUILD, "--learner", learner_kind, "--pace", "lockstep")
     try:

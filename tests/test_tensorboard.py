@@ -1,5 +1,5 @@
 """--tensorboard: the JSONL files' numbers as TensorBoard scalars, read back with tensorboard's
-own EventAccumulator (issue 16).  Skipped where the tensorboard extra is not installed, except
+own EventAccumulator.  Skipped where the tensorboard extra is not installed, except
 the test of the error that names the extra."""
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def test_a_cli_run_with_tensorboard_writes_its_metrics_and_episodes_as_scalars(t
     eps = jsonl(tmp_path / "run" / "episodes.jsonl")
     assert mets and eps
     # Every line the run wrote, including the last ones written at close.
-    step = [m["steps"] if "steps" in m else m["grad_steps"] for m in mets]  # cumulative (docs/operations.md)
+    step = [m["steps"] if "steps" in m else m["grad_steps"] for m in mets]  # cumulative (docs/reference.md)
     assert scalars["train/critic_loss"] == [(s, pytest.approx(m["critic_loss"])) for s, m in zip(step, mets)]
     assert scalars["episode/return"] == [(e["episode"], pytest.approx(e["return"])) for e in eps]
     assert [s for s, _ in scalars["latency/act_p50_us"]] == [e["episode"] for e in eps]

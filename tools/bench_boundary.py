@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The learner boundary (issue 12), side by side in one run: thread learner against process learner.
+"""The learner boundary, side by side in one run: thread learner against process learner.
 
 Four parts, each arm in a fresh interpreter, arms alternated within every repeat (thread first in
 even repeats, process first in odd ones), medians over repeats and ratios of the same repeat:
@@ -24,7 +24,7 @@ even repeats, process first in odd ones), medians over repeats and ratios of the
 
 The last line of output is one JSON object.  Progress goes to stderr.
 
-    git worktree add /tmp/sacbot-old 7cba3ad        # the code before issue 12, for ``startup``
+    git worktree add /tmp/sacbot-old 7cba3ad        # the code before the boundary, for ``startup``
     python tools/bench_boundary.py --old /tmp/sacbot-old            # a few minutes on 2 cores
     python tools/bench_boundary.py --quick --old /tmp/sacbot-old    # smoke test
     python tools/bench_boundary.py --parts act steps --repeats 5

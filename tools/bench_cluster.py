@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Scale-out on Ray (issue 13), side by side in one run.  Four parts, each selectable:
+"""Scale-out on Ray, side by side in one run.  Four parts, each selectable:
 
 * ``overhead``: env steps/s of one bot on Ray (``sacbot cluster --bots 1``) against a standalone
   bot (``sacbot run``, thread learner and process learner), same env, settings and seed, free
@@ -101,7 +101,7 @@ def session_of(pid: int) -> int | None:
 
 def kill_new_ray(before: set[int], sid: int, grace: float = 10.0) -> list[int]:
     """Wait up to ``grace`` s for the Ray processes started since ``before`` in session ``sid``
-    (ours: another engineer's Ray is never touched) to end; kill the rest by PID."""
+    (ours: another user's Ray on the machine is never touched) to end; kill the rest by PID."""
     deadline = time.monotonic() + grace
 
     def mine() -> set[int]:

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Learner speed: sacbot gradient steps/s against the naive yardstick, side by side.
 
-Each round runs the yardstick (../shared/bench/naive_sac_lstm_step.py) and sacbot's
-learner (quant on and off) in fresh subprocesses, one after the other, at the same
-sizes and 1 torch thread; the median over rounds of each, and the ratio of medians,
-are printed.  The last line is JSON.
+Each round runs the yardstick (a naive SAC-LSTM step script, one recurrent network per Q,
+given with ``--naive PATH``) and sacbot's learner (quant on and off) in fresh subprocesses,
+one after the other, at the same sizes and 1 torch thread; the median over rounds of each,
+and the ratio of medians, are printed.  The last line is JSON.
 
-    python tools/bench_learner.py --rounds 3 --seconds 8 --hidden 64
-    python tools/bench_learner.py --flops --hidden 64   # FLOPs per update, no timing
+    python tools/bench_learner.py --naive PATH --rounds 3 --seconds 8 --hidden 64
+    python tools/bench_learner.py --naive PATH --flops --hidden 64   # FLOPs per update, no timing
 """
 
 from __future__ import annotations
@@ -18,9 +18,6 @@ import os
 import statistics
 import subprocess
 import sys
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-NAIVE = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "bench", "naive_sac_lstm_step.py"))
 
 
 def learner_and_batches(a, quant: str, n_batches: int):
@@ -150,7 +147,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--naive", default=NAIVE, help="path of the yardstick script")
+    p.add_argument("--naive", help="path of the yardstick script (required except with --child)")
     p.add_argument("--flops", action="store_true",
                    help="count matmul and LSTM FLOPs per update (naive vs sacbot) instead of timing")
     p.add_argument("--against", metavar="DIR",
@@ -162,8 +159,8 @@ def main() -> None:
         a.quant = a.child
         print(json.dumps(sacbot_steps(a)))
         return
-    if not os.path.exists(a.naive):
-        sys.exit(f"bench_learner: yardstick not found at {a.naive}; pass --naive PATH")
+    if not a.naive or not os.path.exists(a.naive):
+        sys.exit(f"bench_learner: yardstick not found at {a.naive!r}; pass --naive PATH")
     if a.flops:
         print(json.dumps(count_flops(a)))
         return

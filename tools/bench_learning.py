@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Sample efficiency where memory matters: eval return against env steps on the POMDP
-Pendulums (issue 15), sacbot beside its memoryless control and SB3 SAC-MLP, in one run.
+Pendulums, sacbot beside its memoryless control and SB3 SAC-MLP, in one run.
 
 Variants (``--variants``):
 

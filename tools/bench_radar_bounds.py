@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """What memory can buy in the radar duel: scripted policies, read from the observation alone.
 
-Issue 15 asks for a duel where sacbot beats its memoryless control by 30 points.  Before a
-learner is blamed for a gap it does not show, this measures the gap the duel allows.
+A goal in BENCHMARKS.md is a duel where sacbot beats its memoryless control by 30 points.
+Before a learner is blamed for a gap it does not show, this measures the gap the duel allows.
 Hand-written policies, each a function of what the env gives it (``sacbot/TankDuelRadar-v0``'s
 32 values, read by ``decode``), play the same seeded episodes; our tank stands still in all of
 them.
@@ -173,7 +173,8 @@ def memoryless_heat(max_ticks: int = 600, half_arc: float = RADAR_HALF_ARC):
     target it fires a cheap shot whose power encodes where the enemy is relative to the radar.
     The gun heat then says that power (its part below one cooling step, 0.1 a tick) and how many
     ticks ago it fired (the rest); with the radar's fixed rate that gives the enemy's bearing, and
-    the gun keeps turning onto it between sightings.  Found by the session-8 review."""
+    the gun keeps turning onto it between sightings.  It shows that a memoryless policy can carry
+    memory through the game's own state."""
     span = CLOCK_MAX - CLOCK_MIN
 
     def act(obs: np.ndarray) -> np.ndarray:

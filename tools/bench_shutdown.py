@@ -1,6 +1,7 @@
-"""How long `sacbot run` takes to act on SIGTERM, per pace and learner (issue 14: within 1 s).
+"""How long `sacbot run` takes to act on SIGTERM, per pace and learner (the goal in BENCHMARKS.md:
+within 1 s).
 
-For each case, start a run, wait until it is in the state the issue names (realtime: inside a
+For each case, start a run, wait until it is in the state where a stop is hardest (realtime: inside a
 20 s tick sleep at --tps 0.05; lockstep: UTD 4, learning, mid-episode), send SIGTERM and time
 two things: until the run says it is closing (the signal was acted on), and until the process
 has exited with its final save written.  Medians over --repeats.  The last line is JSON.

@@ -17,8 +17,8 @@ random policy's), e.g. to play a run trained with a wide radar at the registered
 line per point; the last line is the summary.
 
 ``--train`` runs the training first, lockstep, ``--jobs`` runs at a time (each takes a core), for
-sacbot and its memoryless control against each opponent, once per ``--seed`` (issue 15: the radar
-duel, which leaves memory to the player)::
+sacbot and its memoryless control against each opponent, once per ``--seed`` (the radar duels, which leave
+memory to the player)::
 
     python tools/bench_tankduel.py --train --env sacbot/TankDuelRadar-v1 --opponents sitting_duck tracker \
         --seed 0 1 2 --jobs 2 --steps 60000 --save-every 5000 --episodes 20 --random sitting_duck tracker
@@ -175,7 +175,7 @@ def train(a) -> list[str]:
 
 def finals(curves: dict) -> dict:
     """Each --train opponent's last-checkpoint win rates per seed, their means, and sacbot's gap
-    over the memoryless control (issue 15's goal: >= 0.8 and >= 0.3 above the control)."""
+    over the memoryless control (the goal in BENCHMARKS.md: >= 0.8 and >= 0.3 above the control)."""
     out: dict = {}
     for name, curve in curves.items():
         variant, _, rest = name.partition("-")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What a TankDuel actor does with its gun on ticks it sees the enemy, and on ticks it does not.
 
-Issue 15's radar duel was long not learnt (until session 15's critic without memory).  A
+The radar duel was long not learnt (until the critic without memory; docs/experiments.md).  A
 memoryless hand-written policy wins it by holding the gun still between sightings
 (tools/bench_radar_bounds.py); this tool asks whether a learnt actor does.
 It plays each checkpoint's int8 actor deterministically (as tools/bench_tankduel.py: the
