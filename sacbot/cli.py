@@ -50,6 +50,16 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--freeze-timeout", type=float, default=0.0,
                    help="restart a bot whose round counter has not moved for this many seconds (0: off)")
     add_arguments(sp)
+    sp = sub.add_parser("serve", help="games in any language connect over a local socket and get an action "
+                                      "per tick (docs/protocol.md)",
+                        description="Serve bots to games over TCP (127.0.0.1) or a Unix socket: each connection "
+                                    "plays one bot, named in its hello, kept in ROOT/<name>/. The protocol is in "
+                                    "docs/protocol.md.")
+    sp.add_argument("--config", metavar="TOML", help="TOML config file (env SACBOT_CONFIG)")
+    from .serve.command import add_serve_arguments
+
+    add_serve_arguments(sp)
+    add_arguments(sp)
     sp = sub.add_parser("inspect", help="verify a checkpoint and summarise its manifest")
     sp.add_argument("file")
     sub.add_parser("runner", help="launch N bots and restart frozen ones (sacbot runner --help)", add_help=False)
@@ -269,6 +279,10 @@ def _main(argv: list[str]) -> int:
             return cmd_run(args, args.cmd == "eval")
         if args.cmd == "cluster":
             return cmd_cluster(args)
+        if args.cmd == "serve":
+            from .serve.command import cmd_serve
+
+            return cmd_serve(args)
         if args.cmd == "inspect":
             return cmd_inspect(args)
         return cmd_status(args)

@@ -40,6 +40,9 @@ MAX_COUNT = 2**63 - 1
 # steps owed that pile up without bound, and a resume would carry the pile.
 MAX_UTD_RATIO = 256
 log = logging.getLogger("sacbot")
+# SACBOT_* variables that are not settings: the TOML file's path, and sacbot serve's token (a secret,
+# kept out of the Config that every checkpoint's manifest records).
+NOT_SETTINGS = ("SACBOT_CONFIG", "SACBOT_SERVE_TOKEN")
 
 
 class ConfigError(ValueError):
@@ -488,7 +491,7 @@ def _toml_layer(path: str | None, by_name: Mapping[str, dataclasses.Field]) -> L
 def _env_layer(env: Mapping[str, str], by_name: Mapping[str, dataclasses.Field]) -> Layer:
     """``SACBOT_*`` names, and the original's ``SACLSTM_*`` aliases below them."""
     unknown = [k for k in env if k.startswith(ENV_PREFIX) and k[len(ENV_PREFIX):].lower()
-               not in by_name and k != "SACBOT_CONFIG"]
+               not in by_name and k not in NOT_SETTINGS]
     if unknown:
         raise ConfigError(f"unknown environment variable {unknown[0]}; known: "
                           + ", ".join(env_name(n) for n in by_name))

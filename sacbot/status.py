@@ -89,6 +89,20 @@ def format_status(run_dir: str) -> tuple[str, int]:
                                         f"(capacity {st.get('capacity_samples_per_s')} samples/s)"
                                         + ("; BOTS OUTRUN THE LEARNER" if st.get("outrun") else "")))
     bots = st.get("bots")
+    if st.get("kind") == "serve":  # sacbot serve: its listeners and one line per bot (ROOT/status.json)
+        rows = [r for r in rows if r[0] in ("heartbeat", "uptime", "episodes", "ticks")]
+        rows.insert(1, ("listening", "no longer: the server stopped" if st.get("stopped") else
+                        ", ".join(map(str, st.get("listen") or [])) or "nothing"))
+        rows.append(("connections", f"{st.get('connections')} now, {st.get('refused_connections')} refused"))
+        for name, b in sorted((bots or {}).items()):
+            if isinstance(b, dict):
+                save = b.get("last_save") if isinstance(b.get("last_save"), dict) else {}
+                rows.append((f"bot {name}", f"{'connected ' + str(b.get('peer')) if b.get('connected') else 'idle'}"
+                                            f", ticks {b.get('ticks')}, episodes {b.get('episodes')}, learner steps "
+                                            f"{b.get('learner_steps')}, last save {_age(save.get('time'))}"
+                                            + (f", LEARNER ERROR {b['learner_error']}" if b.get("learner_error")
+                                               else "")))
+        bots = None
     if isinstance(bots, dict):
         for name, b in sorted(bots.items()):
             if isinstance(b, dict):

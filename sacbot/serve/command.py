@@ -1,0 +1,168 @@
+"""``sacbot serve``'s flags and command: options checked up front (exit 2, nothing written), then
+the server until SIGINT/SIGTERM, then every bot's final save (``sacbot run``'s exit codes)."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import sys
+import threading
+
+from ..config import Config, ConfigError, _read_toml, from_args
+from . import DEFAULT_PORT, MAX_FRAME
+
+TOKEN_ENV = "SACBOT_SERVE_TOKEN"
+MIN_REMOTE_TOKEN_CHARS = 16
+# The env id a served bot is saved under when none is given: no preset applies (the defaults are
+# meant for dense rewards), and a resume under another --env is refused as for any bot.
+SERVE_ENV = "external"
+
+
+def add_serve_arguments(sp: argparse.ArgumentParser) -> None:
+    g = sp.add_argument_group("serve")
+    g.add_argument("--root", default="runs/serve",
+                   help="directory of the server's status.json and of each bot, ROOT/<name>/{weights,run}")
+    g.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1); any other than loopback needs --allow-remote "
+                        "and a token")
+    g.add_argument("--port", type=int, default=None,
+                   help=f"TCP port (default {DEFAULT_PORT}; 0: any free port, logged and written to status.json); "
+                        "with --socket and no --port, no TCP listener")
+    g.add_argument("--socket", dest="socket_path", default=None, metavar="PATH",
+                   help="also (or, without --port, only) listen on this Unix socket (mode 0600)")
+    g.add_argument("--allow-remote", action="store_true",
+                   help="allow a --host that is not a loopback address (every client must then send the token)")
+    g.add_argument("--token", default=None,
+                   help=f"a shared secret every client must send in hello (env {TOKEN_ENV}); required with "
+                        f"--allow-remote, at least {MIN_REMOTE_TOKEN_CHARS} characters there")
+    g.add_argument("--max-frame", type=int, default=MAX_FRAME,
+                   help=f"largest frame accepted, in bytes (default {MAX_FRAME}: 1 MiB)")
+    g.add_argument("--idle-timeout", type=float, default=60.0,
+                   help="seconds a connection may send nothing before it is closed (default 60)")
+    g.add_argument("--frame-timeout", type=float, default=10.0,
+                   help="seconds from a frame's first byte to its last (default 10)")
+    g.add_argument("--max-connections", type=int, default=64,
+                   help="connections at once; more are answered with an error frame (default 64)")
+    g.add_argument("--max-bots", type=int, default=32,
+                   help="bots loaded at once, each with its own learner (default 32)")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: where it resolves is not known here, so it is not taken as loopback
+        return False
+
+
+def _range(name: str, value, lo, hi) -> None:
+    if not lo <= value <= hi:
+        raise ConfigError(f"{name} = {value!r} is not accepted: expected a number in [{lo}, {hi}]")
+
+
+def serve_options(args, env=None):
+    """The server's own options, or ConfigError naming the flag, the value and what is accepted."""
+    env = os.environ if env is None else env
+    token = args.token if args.token is not None else (env.get(TOKEN_ENV) or None)
+    if args.token is not None and not args.token:
+        raise ConfigError("--token = '' is not accepted: expected a non-empty secret")
+    remote = not is_loopback(args.host)
+    if remote and not args.allow_remote:
+        raise ConfigError(f"--host {args.host!r} is not a loopback address: any machine that reaches it could drive "
+                          "and train these bots; pass --allow-remote and a token (--token or "
+                          f"{TOKEN_ENV}) to listen there, or keep the default 127.0.0.1")
+    if remote and (token is None or len(token) < MIN_REMOTE_TOKEN_CHARS):
+        raise ConfigError(f"--host {args.host!r} with --allow-remote needs a token of at least "
+                          f"{MIN_REMOTE_TOKEN_CHARS} characters (--token or {TOKEN_ENV}) that every client sends in "
+                          f"its hello; got {'none' if token is None else f'{len(token)} characters'}")
+    port = args.port
+    if port is None and not args.socket_path:
+        port = DEFAULT_PORT
+    if port is not None:
+        _range("--port", port, 0, 65535)
+    if args.socket_path is not None and (not args.socket_path or len(os.fsencode(args.socket_path)) > 100):
+        raise ConfigError(f"--socket = {args.socket_path!r} is not accepted: expected a path of 1 to 100 bytes "
+                          "(the limit of a Unix socket's address)")
+    _range("--max-frame", args.max_frame, 1024, 64 << 20)
+    _range("--idle-timeout", args.idle_timeout, 0.1, 86400.0)
+    _range("--frame-timeout", args.frame_timeout, 0.1, 3600.0)
+    _range("--max-connections", args.max_connections, 1, 10_000)
+    _range("--max-bots", args.max_bots, 1, 10_000)
+    if not args.root.strip():
+        raise ConfigError(f"--root = {args.root!r} is not accepted: expected a directory path")
+    from .server import ServeOptions
+
+    return ServeOptions(root=args.root, host=args.host, port=port, socket_path=args.socket_path, token=token,
+                        max_frame=args.max_frame, idle_timeout=args.idle_timeout, frame_timeout=args.frame_timeout,
+                        max_connections=args.max_connections, max_bots=args.max_bots)
+
+
+def _env_given(args, env) -> bool:
+    if getattr(args, "env", None) is not None or "SACBOT_ENV" in env:
+        return True
+    path = getattr(args, "config", None) or env.get("SACBOT_CONFIG")
+    if not path:
+        return False
+    doc = _read_toml(path)
+    table = doc.get("sacbot") if isinstance(doc.get("sacbot"), dict) else doc
+    return "env" in table
+
+
+def serve_config(args, env=None) -> Config:
+    """The bots' settings: ``sacbot run``'s, less those the game decides (ConfigError names them)."""
+    env = os.environ if env is None else env
+    if not _env_given(args, env):
+        args.env = SERVE_ENV
+    cfg = from_args(args, env)
+    if cfg.weights_path != Config.weights_path or cfg.run_dir != Config.run_dir:
+        raise ConfigError("--weights-path and --run-dir are not accepted by sacbot serve: each bot lives under "
+                          "--root, in ROOT/<name>/weights and ROOT/<name>/run; pass --root")
+    for name in ("steps", "episodes", "episodes_per_opponent"):
+        if getattr(cfg, name):
+            raise ConfigError(f"{name} = {getattr(cfg, name)} is not accepted by sacbot serve: the games decide how "
+                              "long they play; stop the server with SIGINT or SIGTERM")
+    if cfg.pace == "realtime":
+        raise ConfigError("pace = 'realtime' is not accepted by sacbot serve: each game keeps its own clock; use "
+                          "free (the default) or lockstep")
+    if cfg.tensorboard:
+        raise ConfigError("tensorboard is not offered by sacbot serve yet; each bot's JSONL files are in "
+                          "ROOT/<name>/run (tools/plot_metrics.py reads them)")
+    return cfg
+
+
+def cmd_serve(args) -> int:
+    from ..cli import _Signals
+    from ..rundir import RunDirClaim, RunDirInUse
+    from .server import ServeError, Server
+
+    opts = serve_options(args)
+    cfg = serve_config(args)
+    try:
+        os.makedirs(opts.root, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--root {opts.root!r} cannot be used as a directory: {e.strerror or e}") from None
+    claim = RunDirClaim(opts.root, opts.root)  # one server per root: both would write its status.json
+    try:
+        claim.acquire()
+    except RunDirInUse as e:
+        raise ConfigError(f"--root {opts.root!r} is in use by process {e.pid} (another sacbot serve, or a bot run "
+                          "there); give each server its own --root") from None
+    except OSError as e:
+        raise ConfigError(f"--root {opts.root!r} cannot be written: {e.strerror or e}") from None
+    try:
+        stop = threading.Event()
+        signals = _Signals(stop, "stopping (eval saves nothing)" if cfg.eval_mode else "closing (every bot's final "
+                                                                                        "save)")
+        signals.install()
+        server = Server(cfg, opts, stop)
+        try:
+            server.start()
+        except ServeError as e:
+            print(f"sacbot: configuration error: {e}", file=sys.stderr)
+            return 2
+        server.wait()
+        return server.shutdown()
+    finally:
+        claim.release()

@@ -1,0 +1,428 @@
+"""``sacbot serve``: games in any language connect over a local socket and get an action per tick.
+
+    server = Server(cfg, ServeOptions(root="runs/serve", port=0), stop)
+    server.start()                 # binds; ServeError if it cannot (port in use, a file in the way)
+    server.port                    # the TCP port bound (with port 0: the one the system chose)
+    server.wait()                  # until ``stop`` is set
+    code = server.shutdown()       # every bot's final save; sacbot run's exit codes
+
+Threads, all named: ``sacbot-serve-accept`` takes connections, one ``sacbot-serve-conn-<n>`` per
+connection plays its bot (a step is an ``act()``, fast numpy: a thread per game keeps one slow
+game from delaying another), ``sacbot-serve-status`` writes ``ROOT/status.json`` once a second.
+Each waits in slices of at most ``protocol.POLL_S`` and sees ``stop``.  The wire protocol is in
+:mod:`sacbot.serve.protocol` and docs/protocol.md.  Nothing here imports torch: the bots' learners
+are built by the same assembly an Agent uses (``--learner thread`` or ``process``).
+"""
+
+from __future__ import annotations
+
+import errno
+import hmac
+import itertools
+import logging
+import os
+import selectors
+import socket
+import stat
+import threading
+import time
+from dataclasses import dataclass
+
+from .. import __version__
+from ..config import Config
+from ..liveness import Heartbeat
+from ..messages import MessageError
+from . import DEFAULT_PORT, MAX_FRAME
+from . import protocol as p
+from .bots import Bot, BotRegistry
+
+log = logging.getLogger("sacbot")
+EXIT_SAVE_FAILED = 3  # as sacbot run: a final checkpoint was not written, or not confirmed
+# Settings a client may want to know (they shape what the bot does); sent in the welcome.
+WELCOME_SETTINGS = ("env", "eval_mode", "learner", "pace", "hidden", "utd_ratio", "learning_starts", "reward_input",
+                    "memoryless", "quant", "seed", "opponent_policy")
+
+
+class ServeError(RuntimeError):
+    """The server cannot start (port in use, a file where the socket goes): the message says why."""
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    root: str = "runs/serve"
+    host: str = "127.0.0.1"
+    port: int | None = DEFAULT_PORT  # None: no TCP listener (a Unix socket only); 0: any free port
+    socket_path: str | None = None
+    token: str | None = None
+    max_frame: int = MAX_FRAME
+    idle_timeout: float = 60.0
+    frame_timeout: float = 10.0
+    max_connections: int = 64
+    max_bots: int = 32
+
+
+class Server:
+    def __init__(self, cfg: Config, opts: ServeOptions, stop: threading.Event):
+        self.cfg, self.opts, self.stop = cfg, opts, stop
+        self.registry = BotRegistry(cfg, opts.root, stop, opts.max_bots)
+        self.port: int | None = None
+        self._listeners: list[socket.socket] = []
+        self._conns: dict[int, tuple[threading.Thread, socket.socket]] = {}
+        self._conns_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._threads: list[threading.Thread] = []
+        self.started = time.time()
+        self.refused = 0
+        self.stopped: float | None = None  # when shutdown() ended: the last status says so
+        self.heartbeat = Heartbeat(os.path.join(opts.root, "status.json"))
+
+    # --- listening ----------------------------------------------------------------------
+    def start(self) -> None:
+        os.makedirs(self.opts.root, exist_ok=True)
+        where = ""
+        try:
+            if self.opts.port is not None:
+                where = f"{self.opts.host}:{self.opts.port}"
+                family = socket.AF_INET6 if ":" in self.opts.host else socket.AF_INET
+                s = socket.create_server((self.opts.host, self.opts.port), family=family, backlog=256)
+                self._listeners.append(s)
+                self.port = s.getsockname()[1]
+            if self.opts.socket_path:
+                where = f"--socket {self.opts.socket_path}"
+                self._listeners.append(self._bind_unix(self.opts.socket_path))
+        except BaseException as e:
+            for s in self._listeners:
+                s.close()
+            if not isinstance(e, OSError):
+                raise
+            raise ServeError(f"cannot listen on {where}: {e.strerror or e}"
+                             + ("; is another server using it? pass another --port (0: any free one)"
+                                if e.errno == errno.EADDRINUSE else "")) from None
+        for s in self._listeners:
+            s.setblocking(False)
+        self._write_status()
+        for name, target in (("sacbot-serve-accept", self._accept_loop), ("sacbot-serve-status", self._status_loop)):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+        where = ", ".join(self.addresses())
+        log.info("serve: listening on %s (protocol %d%s, root %s)", where, p.PROTOCOL_VERSION,
+                 ", eval mode" if self.cfg.eval_mode else "", self.opts.root)
+
+    def _bind_unix(self, path: str) -> socket.socket:
+        if os.path.lexists(path):
+            if not stat.S_ISSOCK(os.lstat(path).st_mode):
+                raise ServeError(f"--socket {path!r}: a file that is not a socket is in the way; pass another path")
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.settimeout(1.0)
+                probe.connect(path)
+                raise ServeError(f"--socket {path!r} is in use by a running server; stop it or pass another path")
+            except (ConnectionRefusedError, FileNotFoundError):
+                os.unlink(path)  # a killed server's socket file: nobody listens there
+            finally:
+                probe.close()
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.bind(path)
+            os.chmod(path, 0o600)  # the file's permissions are the socket's access control: this user only
+            s.listen(256)
+        except OSError:
+            s.close()
+            raise
+        return s
+
+    def addresses(self) -> list[str]:
+        out = []
+        if self.port is not None:
+            out.append(f"tcp {self.opts.host}:{self.port}")
+        if self.opts.socket_path:
+            out.append(f"unix {self.opts.socket_path}")
+        return out
+
+    def _accept_loop(self) -> None:
+        sel = selectors.DefaultSelector()
+        for s in self._listeners:
+            sel.register(s, selectors.EVENT_READ)
+        try:
+            while not self.stop.is_set():
+                for key, _ in sel.select(timeout=p.POLL_S):
+                    try:
+                        conn, addr = key.fileobj.accept()
+                    except (BlockingIOError, InterruptedError):
+                        continue
+                    except OSError as e:  # EMFILE: out of descriptors; the next accept may work
+                        log.warning("serve: accept failed: %s", e)
+                        time.sleep(0.05)  # not a synchronisation: it keeps a full fd table from spinning
+                        continue
+                    self._admit(conn, addr)
+        finally:
+            sel.close()
+
+    def _admit(self, conn: socket.socket, addr) -> None:
+        peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else f"unix:{self.opts.socket_path}"
+        conn.setblocking(True)
+        with self._conns_lock:
+            full = len(self._conns) >= self.opts.max_connections
+            if not full:
+                cid = next(self._ids)
+                t = threading.Thread(target=self._serve, args=(cid, conn, peer), name=f"sacbot-serve-conn-{cid}",
+                                     daemon=True)
+                self._conns[cid] = (t, conn)
+        if full:
+            # Answered here, not on a thread: under a flood of connections the refusal costs one small send.
+            self.refused += 1
+            err = p.ProtocolError("too_many_connections", f"this server takes {self.opts.max_connections} "
+                                                          "connections at once (--max-connections), all in use; "
+                                                          "expected a retry later")
+            _send_and_close(conn, err.frame(), timeout=0.5)
+            return
+        t.start()
+
+    # --- one connection -------------------------------------------------------------------
+    def _serve(self, cid: int, sock: socket.socket, peer: str) -> None:
+        conn = _Connection(self, sock, peer)
+        try:
+            conn.run()
+        finally:
+            with self._conns_lock:
+                self._conns.pop(cid, None)
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    # --- status ---------------------------------------------------------------------------
+    def status(self) -> dict:
+        bots = {b.name: b.summary() for b in self.registry.bots()}
+        with self._conns_lock:
+            n = len(self._conns)
+        return {"kind": "serve", "pid": os.getpid(), "time": time.time(), "started": self.started,
+                "mode": "eval" if self.cfg.eval_mode else "train", "protocol": p.PROTOCOL_VERSION,
+                "sacbot_version": __version__, "listen": self.addresses(), "port": self.port,
+                "socket": self.opts.socket_path, "connections": n, "refused_connections": self.refused,
+                "ticks": sum(b.get("ticks") or 0 for b in bots.values()),
+                "episodes": sum(b.get("episodes") or 0 for b in bots.values()),
+                "learner_failures": self.registry.learner_failures, "stopped": self.stopped, "bots": bots}
+
+    def _write_status(self, force: bool = False) -> None:
+        self.heartbeat.maybe_write(self.status, force=force)
+
+    def _status_loop(self) -> None:
+        while not self.stop.wait(0.5):
+            self._write_status()
+
+    # --- the end ----------------------------------------------------------------------------
+    def wait(self) -> None:
+        """Until ``stop`` is set; in slices, so that the main thread runs a signal handler promptly."""
+        while not self.stop.wait(0.5):
+            pass
+
+    def shutdown(self, join_timeout: float = 10.0) -> int:
+        """Stop taking connections, end every connection (each gets a ``server_stopping`` error),
+        close every bot with its final save, write the last status.  Returns the exit code of
+        ``sacbot run``: 1 if a learner failed, 3 if a final save was not confirmed, else 0."""
+        self.stop.set()
+        for t in self._threads:
+            t.join(join_timeout)
+        for s in self._listeners:
+            s.close()
+        if self.opts.socket_path:
+            try:
+                os.unlink(self.opts.socket_path)
+            except OSError:
+                pass
+        with self._conns_lock:
+            conns = list(self._conns.values())
+        deadline = time.monotonic() + join_timeout
+        for t, _ in conns:
+            t.join(max(0.0, deadline - time.monotonic()))
+        for t, s in conns:
+            if t.is_alive():  # inside a long call; closing its socket ends its next read or write
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                t.join(5.0)
+                if t.is_alive():
+                    log.warning("serve: connection thread %s did not end; closing the bots anyway", t.name)
+        bots = self.registry.close_all(self.cfg.final_save_timeout)
+        self.stopped = time.time()
+        self._write_status(force=True)
+        code = 1 if self.registry.learner_failures else 0
+        for b in bots:
+            st = b.final or {}
+            final = st.get("final_save") or {}
+            last = st.get("last_save") if final.get("ok") else None
+            log.info("serve: bot %s: %s ticks, %s episodes, %s gradient steps; final checkpoint: %s", b.name,
+                     st.get("ticks"), st.get("episodes"), st.get("learner_steps", 0),
+                     last["path"] if last else ("none (eval)" if self.cfg.eval_mode else "NOT WRITTEN"))
+            if st.get("learner_error"):
+                log.error("serve: bot %s: the learner failed: %s", b.name, st["learner_error"])
+                code = 1
+            elif not self.cfg.eval_mode and not final.get("ok") and code == 0:
+                log.error("serve: bot %s: the final checkpoint was NOT written (%s); its newest checkpoint is "
+                          "older than this run's work", b.name, final.get("error", "unknown"))
+                code = EXIT_SAVE_FAILED
+        return code
+
+
+def _send_and_close(sock: socket.socket, msg: dict, timeout: float) -> None:
+    try:
+        sock.settimeout(timeout)
+        sock.sendall(p.encode_frame(msg))
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+    finally:
+        sock.close()
+
+
+class _Connection:
+    """One game's connection: hello, then episodes of steps, until close, an error or a stop."""
+
+    def __init__(self, server: Server, sock: socket.socket, peer: str):
+        self.server, self.sock, self.peer = server, sock, peer
+        self.opts = server.opts
+        self.reader = p.FrameReader(sock, self.opts.max_frame, server.stop)
+        self.bot: Bot | None = None
+        self.in_episode = False  # between new_episode and the step that ends it
+        self.first_step = False  # the episode's next step is its first (no reward yet)
+
+    def send(self, msg: dict) -> None:
+        self.sock.settimeout(self.opts.frame_timeout)  # a game that stops reading is dropped, not waited on
+        self.sock.sendall(p.encode_frame(msg))
+
+    def run(self) -> None:
+        try:
+            while True:
+                msg = p.decode_body(self.reader.read(self.opts.idle_timeout, self.opts.frame_timeout))
+                if not self.handle(msg):
+                    return
+        except p.ProtocolError as e:
+            if e.code not in ("server_stopping", "idle_timeout"):
+                log.info("serve: %s%s: %s", self.peer, f" (bot {self.bot.name})" if self.bot else "", e)
+            try:
+                self.send(e.frame())
+            except OSError:
+                pass
+        except p.PeerClosed as e:
+            if not e.clean:
+                log.info("serve: %s: %s", self.peer, e)
+        except OSError as e:  # reset by the peer, a send that timed out
+            log.info("serve: %s: connection lost: %s", self.peer, e)
+        except Exception as e:  # noqa: BLE001 - a fault of ours ends this connection, never the server
+            log.exception("serve: %s: internal error", self.peer)
+            try:
+                self.send(p.ProtocolError("internal", f"the server failed on this message ({type(e).__name__}: "
+                                                      f"{e}); this is a bug in sacbot, please report it").frame())
+            except OSError:
+                pass
+        finally:
+            self.end()
+
+    def end(self) -> None:
+        bot = self.bot
+        if bot is None:
+            return
+        cut = self.in_episode
+        if bot.learner_failed is None:
+            self.server.registry.release(bot, cut)
+        if cut:
+            # Nothing is made up: the transitions already sent stay, and the step whose outcome never
+            # came is not recorded.  The learner bootstraps the episode's last stored step, as for a
+            # truncation; the bot's next new_episode starts cleanly.
+            log.info("serve: bot %s: its game went away in the middle of episode %d (tick %d); the episode ends "
+                     "there, as truncated", bot.name, bot.agent.episode_index - 1, bot.agent.ticks)
+        log.info("serve: bot %s: disconnected (%s)", bot.name, self.peer)
+
+    def handle(self, msg: dict) -> bool:
+        kind = msg["type"]
+        if kind == "step":
+            self.step(msg)
+        elif kind == "new_episode":
+            self.new_episode(msg)
+        elif kind == "hello":
+            self.hello(msg)
+        elif kind == "close":
+            self.send({"type": "bye"})
+            return False
+        else:
+            raise p.ProtocolError("unknown_type", f"unknown message type {kind!r:.80}; expected one of hello, "
+                                                  "new_episode, step, close")
+        return True
+
+    def hello(self, msg: dict) -> None:
+        if self.bot is not None:
+            raise p.ProtocolError("hello_again", f"a second hello on this connection, which plays bot "
+                                                 f"{self.bot.name!r}; expected one hello per connection (open "
+                                                 "another connection to play another bot or other spaces)")
+        h = p.check_hello(msg)
+        if self.opts.token is not None and (
+                h.token is None or not hmac.compare_digest(h.token.encode(), self.opts.token.encode())):
+            raise p.ProtocolError("auth", "this server requires a token, and hello.token is "
+                                          + ("missing" if h.token is None else "wrong")
+                                          + "; expected the server's --token (or SACBOT_SERVE_TOKEN)")
+        bot, how = self.server.registry.claim(h, self.peer)
+        self.bot = bot
+        agent = bot.agent
+        log.info("serve: bot %s: connected from %s (%s)", bot.name, self.peer, how)
+        cfg = self.server.cfg
+        self.send({"type": "welcome", "version": p.PROTOCOL_VERSION, "server": f"sacbot {__version__}",
+                   "bot": bot.name, "mode": "eval" if cfg.eval_mode else "train", "resumed_from": agent.loaded_from,
+                   "ticks": agent.ticks, "episodes": agent.episode_index, "policy_version": agent.policy_version,
+                   "settings": {k: getattr(bot.cfg, k) for k in WELCOME_SETTINGS},
+                   "weights": bot.cfg.weights_path, "run_dir": bot.cfg.run_dir,
+                   "max_frame": self.opts.max_frame, "idle_timeout": self.opts.idle_timeout,
+                   "frame_timeout": self.opts.frame_timeout})
+
+    def _ready(self, what: str) -> Bot:
+        if self.bot is None:
+            raise p.ProtocolError("not_ready", f"{what} before hello; expected hello first")
+        return self.bot
+
+    def new_episode(self, msg: dict) -> None:
+        bot = self._ready("new_episode")
+        opponent = p.check_new_episode(msg)
+        bot.agent.new_episode(opponent)  # claims the Agent for this thread: a reconnect gets it back
+        self.in_episode, self.first_step = True, True
+        self.send({"type": "ok", "episode": bot.agent.episode_index - 1})
+
+    def step(self, msg: dict) -> None:
+        bot = self._ready("step")
+        if not self.in_episode:
+            raise p.ProtocolError("not_ready", "step outside an episode; expected new_episode before an episode's "
+                                               "first step (and after a step that ended the last one)")
+        agent = bot.agent
+        err = agent.learner_error
+        if err is not None:
+            self.in_episode = False
+            self.server.registry.retire(bot, err)
+            raise p.ProtocolError("learner_failed", f"bot {bot.name!r}'s learner failed ({err}); its last good "
+                                                    "checkpoint is kept; expected a new hello, which starts it again "
+                                                    "from that checkpoint")
+        s = p.check_step(msg, bot.obs)
+        try:
+            if self.first_step:
+                if s.reward is not None or s.terminated or s.truncated:
+                    raise p.ProtocolError("bad_message", "the first step of an episode has reward = nil and "
+                                                         "terminated = truncated = false (no action was taken yet); "
+                                                         f"got reward {s.reward!r}, terminated {s.terminated}, "
+                                                         f"truncated {s.truncated}")
+                self.first_step = False
+            else:
+                if s.reward is None:
+                    raise p.ProtocolError("bad_message", "step.reward is nil, but this is not the episode's first "
+                                                         "step; expected the reward the last action earned")
+                agent.observe(s.reward, s.obs, s.terminated, s.truncated,
+                              None if s.won is None else {"won": s.won})
+                if s.terminated or s.truncated:
+                    self.in_episode = False
+                    self.send({"type": "action", "action": None, "done": True, "tick": agent.ticks,
+                               "episode": agent.episode_index - 1, "policy_version": agent.policy_version})
+                    return
+            action = agent.act(s.obs)
+        except MessageError as e:  # the Agent's own checks: a value the protocol's checks let through
+            raise p.ProtocolError("bad_message", str(e)) from None
+        self.send({"type": "action", "action": action.astype(float).tolist(), "done": False, "tick": agent.ticks,
+                   "episode": agent.episode_index - 1, "policy_version": agent.policy_version})
