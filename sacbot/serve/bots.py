@@ -139,13 +139,16 @@ class BotRegistry:
         try:
             return Agent(cfg, bot.obs.to_gym(), bot.action.to_gym(), log=say, stop=self.stop)
         except AgentInterrupted:
-            raise ProtocolError("server_stopping", "the server stopped while the bot was starting; reconnect "
-                                                   "once it is back") from None
+            raise ProtocolError("server_stopping", "the server stopped while the bot was starting; expected a "
+                                                   "reconnect once it is back") from None
         except ConfigError as e:  # a saved bot of other settings or spaces, a run directory in use, memory
             raise ProtocolError("bot_refused", f"bot {bot.name!r} cannot start with these spaces and the server's "
-                                               f"settings: {e}") from None
+                                               f"settings: {e}; expected the spaces and settings the bot was saved "
+                                               "with (sacbot inspect shows them), or another bot name") from None
         except AgentError as e:  # its weights directory held by another process, an unreadable checkpoint
-            raise ProtocolError("bot_unavailable", f"bot {bot.name!r} cannot start: {e}") from None
+            raise ProtocolError("bot_unavailable", f"bot {bot.name!r} cannot start: {e}; expected a retry once "
+                                                   "that is mended (the server serves its other bots meanwhile)") \
+                from None
 
     def release(self, bot: Bot, cut: bool) -> None:
         """The connection playing ``bot`` ended; ``cut``: in the middle of an episode."""

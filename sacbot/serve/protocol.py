@@ -108,9 +108,9 @@ class FrameReader:
             if size is None and len(self._buf) >= _HEADER.size:
                 (size,) = _HEADER.unpack_from(self._buf)
                 if size > self.max_frame:
-                    raise ProtocolError("frame_too_large", f"a frame of {size:,} bytes was announced; at most "
-                                                           f"{self.max_frame:,} bytes are accepted (the 4-byte "
-                                                           "length counts the msgpack body only)")
+                    raise ProtocolError("frame_too_large", f"a frame of {size:,} bytes was announced; expected "
+                                                           f"at most {self.max_frame:,} bytes (the 4-byte length "
+                                                           "counts the msgpack body only)")
                 if size == 0:
                     raise ProtocolError("bad_frame", "a frame of length 0 was announced; expected 1 or more "
                                                      "bytes of msgpack")
@@ -122,13 +122,14 @@ class FrameReader:
             now = time.monotonic()
             if now >= deadline:
                 if first is None:
-                    raise ProtocolError("idle_timeout", f"nothing was received for {idle_timeout:g} s; the server "
-                                                        f"expects a frame at least every {idle_timeout:g} s")
+                    raise ProtocolError("idle_timeout", f"nothing was received for {idle_timeout:g} s; expected "
+                                                        f"a frame at least every {idle_timeout:g} s")
                 raise ProtocolError("frame_timeout", f"a frame was not complete {frame_timeout:g} s after its first "
-                                                     f"byte ({len(self._buf)} of {need} bytes came); a frame must "
-                                                     f"arrive whole within {frame_timeout:g} s")
+                                                     f"byte ({len(self._buf)} of {need} bytes came); expected a "
+                                                     f"whole frame within {frame_timeout:g} s of its first byte")
             if self.stop is not None and self.stop.is_set():
-                raise ProtocolError("server_stopping", "the server is stopping; reconnect once it is back")
+                raise ProtocolError("server_stopping", "the server is stopping; expected a reconnect once it is "
+                                                       "back")
             self.sock.settimeout(min(POLL_S, deadline - now))
             try:
                 chunk = self.sock.recv(65536)
@@ -286,7 +287,7 @@ def check_new_episode(msg: dict) -> str:
     try:
         return check_opponent("" if opponent is None else opponent)
     except MessageError as e:
-        raise _bad(f"new_episode.{e}") from None
+        raise _bad(f"new_episode.{e}; expected a string of at most 256 characters, an integer id, or nil") from None
 
 
 @dataclass(frozen=True)
@@ -303,14 +304,21 @@ def check_step(msg: dict, obs: BoxSpec) -> Step:
     raw = numbers("step.obs", _field(msg, "obs", f"an array of {n} numbers"), n)
     try:
         x = check_vector("step.obs", raw.reshape(obs.shape), n, shape=obs.shape, max_abs=MAX_ABS_OBS)
-        reward = _field(msg, "reward", "a number, or nil on an episode's first step", required=False, allow_nil=True)
-        if reward is not None:
-            if not _is_number(reward):
-                raise MessageError(f"reward = {reward!r:.40} ({type(reward).__name__}); expected a number or nil")
+    except MessageError as e:
+        raise _bad(f"{e}; expected {n} finite numbers of at most {MAX_ABS_OBS:.0e} in size") from None
+    reward = _field(msg, "reward", "a number, or nil on an episode's first step", required=False, allow_nil=True)
+    if reward is not None:
+        if not _is_number(reward):
+            raise _bad(f"step.reward = {reward!r:.40} ({type(reward).__name__}); expected a number, or nil on an "
+                       "episode's first step")
+        try:
             reward = check_reward(reward)
+        except MessageError as e:
+            raise _bad(f"step.{e}; expected a finite number of at most {MAX_ABS_OBS:.0e} in size") from None
+    try:
         flags = [check_flag(f"step.{k}", msg.get(k, False)) for k in ("terminated", "truncated")]
     except MessageError as e:
-        raise _bad(str(e)) from None
+        raise _bad(f"{e}; expected true or false") from None
     info = _field(msg, "info", "a map or nil", required=False, allow_nil=True)
     won = None
     if info is not None:

@@ -302,6 +302,7 @@ class _Connection:
         except p.ProtocolError as e:
             if e.code not in ("server_stopping", "idle_timeout"):
                 log.info("serve: %s%s: %s", self.peer, f" (bot {self.bot.name})" if self.bot else "", e)
+            self.end()  # before the reply: a client that reconnects at once finds its bot free
             try:
                 self.send(e.frame())
             except OSError:
@@ -313,6 +314,7 @@ class _Connection:
             log.info("serve: %s: connection lost: %s", self.peer, e)
         except Exception as e:  # noqa: BLE001 - a fault of ours ends this connection, never the server
             log.exception("serve: %s: internal error", self.peer)
+            self.end()
             try:
                 self.send(p.ProtocolError("internal", f"the server failed on this message ({type(e).__name__}: "
                                                       f"{e}); this is a bug in sacbot, please report it").frame())
@@ -322,10 +324,11 @@ class _Connection:
             self.end()
 
     def end(self) -> None:
-        bot = self.bot
+        """Give the bot up (once): the connection is over, or about to be."""
+        bot, self.bot = self.bot, None
         if bot is None:
             return
-        cut = self.in_episode
+        cut, self.in_episode = self.in_episode, False
         if bot.learner_failed is None:
             self.server.registry.release(bot, cut)
         if cut:
@@ -345,6 +348,7 @@ class _Connection:
         elif kind == "hello":
             self.hello(msg)
         elif kind == "close":
+            self.end()  # before the reply, as for an error
             self.send({"type": "bye"})
             return False
         else:
@@ -405,10 +409,10 @@ class _Connection:
         try:
             if self.first_step:
                 if s.reward is not None or s.terminated or s.truncated:
-                    raise p.ProtocolError("bad_message", "the first step of an episode has reward = nil and "
-                                                         "terminated = truncated = false (no action was taken yet); "
-                                                         f"got reward {s.reward!r}, terminated {s.terminated}, "
-                                                         f"truncated {s.truncated}")
+                    raise p.ProtocolError("bad_message", "this is the first step of an episode, which no action "
+                                                         f"preceded: got reward {s.reward!r}, terminated "
+                                                         f"{s.terminated}, truncated {s.truncated}; expected reward "
+                                                         "nil and terminated = truncated = false")
                 self.first_step = False
             else:
                 if s.reward is None:
@@ -423,6 +427,6 @@ class _Connection:
                     return
             action = agent.act(s.obs)
         except MessageError as e:  # the Agent's own checks: a value the protocol's checks let through
-            raise p.ProtocolError("bad_message", str(e)) from None
+            raise p.ProtocolError("bad_message", f"{e}; expected values the bot's spaces allow") from None
         self.send({"type": "action", "action": action.astype(float).tolist(), "done": False, "tick": agent.ticks,
                    "episode": agent.episode_index - 1, "policy_version": agent.policy_version})

@@ -1,0 +1,472 @@
+"""sacbot serve: the protocol through the Python client, bad input, reconnects, eval, and the
+server as a process (kill -9, restart, signals, refused settings).
+
+Every wait here is on a reply, a line the server prints, or its status; sockets carry timeouts and
+every test a hard one."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import selectors
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import threading
+import weakref
+
+import msgpack
+import numpy as np
+import pytest
+from helpers import StderrWatcher, dir_digests, wait_until
+
+from sacbot import checkpoint as ck
+from sacbot.config import Config
+from sacbot.serve import PROTOCOL_VERSION
+from sacbot.serve.client import SacbotClient, ServerError
+from sacbot.serve.protocol import FrameReader, decode_body, encode_frame
+from sacbot.serve.server import ServeOptions, Server
+
+SACBOT = [sys.executable, "-m", "sacbot"]
+# Tiny learner settings (tests/test_ownership.py's SMALL): a gradient step takes milliseconds.
+SMALL_CFG = dict(env="external", hidden=32, batch_size=8, seq_len=8, learning_starts=64, calib_updates=8, quiet=True)
+SMALL = ["--hidden", "32", "--batch-size", "8", "--seq-len", "8", "--learning-starts", "64", "--calib-updates", "8",
+         "--quiet"]
+OBS = {"shape": [3], "low": -1.0, "high": 1.0}
+ACT = {"shape": [1], "low": [-2.0], "high": [2.0]}
+TOKEN = "a-token-of-twenty-chars"
+
+
+@contextlib.contextmanager
+def serving(tmp_path, **opts):
+    """A server in this process (port 0), stopped with every bot's final save at the end."""
+    cfg = Config(**{**SMALL_CFG, **opts.pop("cfg", {})})
+    stop = threading.Event()
+    server = Server(cfg, ServeOptions(root=str(tmp_path / "root"), port=opts.pop("port", 0), **opts), stop)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.code = server.shutdown()
+
+
+def client(server, bot="b", **kw) -> SacbotClient:
+    where = {"socket_path": server.opts.socket_path} if server.port is None else {"port": server.port}
+    return SacbotClient(bot, kw.pop("obs", OBS), kw.pop("act", ACT), token=kw.pop("token", server.opts.token),
+                        timeout=20, hello_timeout=120, connect_for=5, **where, **kw)
+
+
+def play(c: SacbotClient, ticks: int, *, end: bool = True, won: bool | None = None, seed: int = 0):
+    """An episode of ``ticks`` actions of a toy game; ``end``: the last outcome ends it (truncated).
+    Returns the actions."""
+    rng = np.random.default_rng(seed)
+    c.new_episode("toy")
+    obs, reward, actions = np.zeros(3), None, []
+    for _ in range(ticks):
+        a = c.step(obs, reward)
+        assert a is not None and a.shape == (1,) and -2 <= a[0] <= 2, a
+        actions.append(float(a[0]))
+        obs, reward = rng.uniform(-1, 1, 3), -abs(float(a[0]) - 1)
+    if end:
+        assert c.step(obs, reward, truncated=True, info=None if won is None else {"won": won}) is None
+    return actions
+
+
+def raw(server) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=20)
+    return s
+
+
+def frame(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+def hello(bot="bad", **kw) -> dict:
+    return {"type": "hello", "version": PROTOCOL_VERSION, "bot": bot, "obs_space": OBS, "action_space": ACT,
+            "token": TOKEN, **kw}
+
+
+_READERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # one per socket: it keeps bytes past a frame
+
+
+def reply(sock: socket.socket, timeout: float = 20) -> dict:
+    reader = _READERS.setdefault(sock, FrameReader(sock))
+    return decode_body(reader.read(idle_timeout=timeout, frame_timeout=timeout))
+
+
+def expect_error(sock: socket.socket, code: str, *needles: str, bystander: SacbotClient | None = None) -> dict:
+    """The error frame the server answers with, then the server's close.  While waiting, the
+    ``bystander`` keeps stepping: it must get an action every time (other clients do not notice)."""
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ)
+    steps = 0
+    try:
+        while not sel.select(timeout=0.05):  # wake when the bad client's reply comes
+            if bystander is not None:
+                assert bystander.step(np.zeros(3), 0.0) is not None
+                steps += 1
+            assert steps < 2000, "no reply to the bad client"
+    finally:
+        sel.close()
+    msg = reply(sock)
+    assert msg["type"] == "error" and msg["code"] == code, msg
+    for n in needles:
+        assert n in msg["message"], msg
+    assert "expected" in msg["message"], msg  # what was wrong, and what is expected
+    sock.settimeout(20)
+    assert sock.recv(1) == b"", "the server closes the connection after an error"
+    sock.close()
+    if bystander is not None:
+        assert bystander.step(np.zeros(3), 0.0) is not None
+    return msg
+
+
+# --- the protocol, through the Python client ---------------------------------------------------------
+@pytest.mark.timeout(120)
+def test_hello_a_training_episode_and_close(tmp_path):
+    with serving(tmp_path, cfg={"pace": "lockstep"}) as server:
+        with client(server) as c:
+            w = c.welcome
+            assert (w["version"], w["bot"], w["mode"], w["ticks"], w["episodes"], w["resumed_from"]) == \
+                (PROTOCOL_VERSION, "b", "train", 0, 0, None)
+            assert w["settings"]["env"] == "external" and w["settings"]["hidden"] == 32
+            assert w["weights"] == str(tmp_path / "root" / "b" / "weights")
+            play(c, 40)
+            play(c, 40, won=True)
+            assert c.last["tick"] == 80 and c.last["episode"] == 1
+            assert c.last["policy_version"] > 1  # lockstep: the learner trained and published before this reply
+        st = server.status()["bots"]["b"]
+        assert (st["ticks"], st["episodes"], st["env_steps_received"], st["connected"]) == (80, 2, 80, False)
+    assert server.code == 0
+    meta = ck.read_checkpoint(str(tmp_path / "root" / "b" / "weights" / "sac_latest.zip"))["meta"]
+    # Every action got its outcome: 80 transitions, none made up; 80 - 64 (learning_starts) + 1 steps.
+    assert meta["env_steps"] == 80 and meta["grad_steps"] == 17 and meta["episodes"] == 2
+    lines = (tmp_path / "root" / "b" / "run" / "episodes.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and '"won": true' in lines[1] and '"length": 40' in lines[0]
+
+
+@pytest.mark.timeout(120)
+def test_eval_mode_is_deterministic_and_writes_nothing(tmp_path):
+    with serving(tmp_path) as server, client(server) as c:
+        play(c, 5)
+    weights = tmp_path / "root" / "b" / "weights"
+    before = dir_digests(weights)
+    assert "sac_latest.zip" in before
+    with serving(tmp_path, cfg={"eval_mode": True}) as server:
+        with client(server) as c:
+            assert c.welcome["mode"] == "eval" and c.welcome["resumed_from"].endswith("sac_latest.zip")
+            first, second = play(c, 10, seed=1), play(c, 10, seed=1)
+            assert first == second  # deterministic: the same observations, the same actions
+        with pytest.raises(ServerError) as e:
+            client(server, "never-trained").connect()
+        assert e.value.code == "bot_unavailable" and "no checkpoint" in e.value.message
+    assert server.code == 0
+    assert dir_digests(weights) == before
+    assert not (tmp_path / "root" / "never-trained").exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_unix_socket_serves_and_is_removed_at_stop(tmp_path):
+    path = str(tmp_path / "serve.sock")
+    with serving(tmp_path, port=None, socket_path=path) as server:
+        assert server.port is None and stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        with client(server) as c:
+            play(c, 3)
+        assert server.status()["listen"] == [f"unix {path}"]
+    assert not os.path.exists(path)
+
+
+@pytest.mark.timeout(120)
+def test_a_disconnect_mid_episode_ends_it_and_the_same_name_continues_the_bot(tmp_path):
+    with serving(tmp_path) as server:
+        c = client(server)
+        c.connect()
+        play(c, 10, end=False)  # 10 actions, 9 outcomes: the game dies before the 10th outcome
+        c.disconnect()
+        wait_until(lambda: not server.status()["bots"]["b"]["connected"], 10, "the server to see the disconnect")
+        agent = server.registry.get("b").agent
+        assert agent.sent == 9  # nothing made up for the action whose outcome never came
+        w = c.connect()
+        assert w["ticks"] == 10 and w["episodes"] == 1  # the same bot, loaded all along
+        assert server.status()["bots"]["b"]["episodes_cut"] == 1
+        c.new_episode("toy")
+        c.step(np.zeros(3))
+        assert c.last["tick"] == 11 and c.last["episode"] == 1
+        c.close()
+        assert server.registry.get("b").agent is agent
+
+
+# --- bad input: each refused with an error frame; another client keeps playing --------------------------
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory):
+    """One server for the bad-input tests: a token, short timeouts, 8 connections at most; and a
+    bystander bot that must never notice."""
+    tmp = tmp_path_factory.mktemp("guarded")
+    with serving(tmp, token=TOKEN, idle_timeout=3.0, frame_timeout=0.5, max_connections=8,
+                 cfg={"pace": "lockstep"}) as server:
+        yield server
+
+
+@pytest.fixture
+def bystander(guarded):
+    c = client(guarded, "bystander")
+    c.connect()
+    c.new_episode("toy")
+    assert c.step(np.zeros(3)) is not None
+    yield c
+    c.close()
+
+
+def ready(server, bot="bad") -> socket.socket:
+    """A connection that said hello and took its episode's first step: the next step has an outcome."""
+    s = raw(server)
+    s.sendall(encode_frame(hello(bot)))
+    assert reply(s)["type"] == "welcome"
+    s.sendall(encode_frame({"type": "new_episode"}))
+    assert reply(s)["type"] == "ok"
+    s.sendall(encode_frame({"type": "step", "obs": [0.0, 0.0, 0.0], "reward": None}))
+    assert reply(s)["type"] == "action"
+    return s
+
+
+def step_msg(**kw) -> dict:
+    return {"type": "step", "obs": [0.1, 0.2, 0.3], "reward": 0.5, "terminated": False, "truncated": False, **kw}
+
+
+BAD_FRAMES = {
+    "oversized": (struct.pack(">I", 2 << 20), "frame_too_large", "2,097,152", "1,048,576"),
+    "empty frame": (struct.pack(">I", 0), "bad_frame", "length 0"),
+    "not msgpack": (frame(b"\xc1\xc1"), "bad_frame", "not one msgpack value"),
+    "two values in one frame": (frame(msgpack.packb({"type": "close"}) + b"\x01"), "bad_frame", "ExtraData"),
+    "not a map": (frame(msgpack.packb([1, 2])), "bad_frame", "a msgpack list"),
+    "no type": (frame(msgpack.packb({"kind": "step"})), "bad_frame", "type = None"),
+    "unknown type": (encode_frame({"type": "jump"}), "unknown_type", "'jump'"),
+    "step before hello": (encode_frame(step_msg(reward=None)), "not_ready", "step before hello"),
+    "other version": (encode_frame(hello(version=2)), "version", "protocol version 1"),
+    "no token": (encode_frame(hello(token=None)), "auth", "missing"),
+    "wrong token": (encode_frame(hello(token="x" * 20)), "auth", "wrong"),
+    "name with a path": (encode_frame(hello(bot="../etc")), "bad_name", "'../etc'"),
+    "shape as a string": (encode_frame(hello(obs_space={**OBS, "shape": "3"})), "bad_message", "shape = '3'"),
+    "infinite action bound": (encode_frame(hello(action_space={**ACT, "high": [math.inf]})), "bad_message",
+                              "infinite bound"),
+    "2-D action space": (encode_frame(hello(action_space={"shape": [1, 1], "low": -1, "high": 1})), "bad_message",
+                         "one dimension"),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", list(BAD_FRAMES))
+def test_a_bad_frame_gets_an_error_frame_and_others_play_on(guarded, bystander, case):
+    data, code, *needles = BAD_FRAMES[case]
+    s = raw(guarded)
+    s.sendall(data)
+    expect_error(s, code, *needles, bystander=bystander)
+
+
+BAD_STEPS = {
+    "wrong obs size": (step_msg(obs=[1.0, 2.0]), "has 2 values; expected 3"),
+    "nan in obs": (step_msg(obs=[0.0, math.nan, 0.0]), "non-finite"),
+    "inf in obs": (step_msg(obs=[math.inf, 0.0, 0.0]), "non-finite"),
+    "huge obs": (step_msg(obs=[1e12, 0.0, 0.0]), "above 1e+09"),
+    "bool in obs": (step_msg(obs=[True, 0.0, 0.0]), "step.obs[0] = True"),
+    "string in obs": (step_msg(obs=["1", 0.0, 0.0]), "step.obs[0] = '1'"),
+    "nan reward": (step_msg(reward=math.nan), "reward must be finite"),
+    "string reward": (step_msg(reward="1"), "reward = '1'"),
+    "no reward after the first step": (step_msg(reward=None), "reward is nil"),
+    "flag as a string": (step_msg(terminated="yes"), "terminated must be a bool"),
+    "info not a map": (step_msg(info=[1]), "step.info is a list"),
+    "won not a bool": (step_msg(info={"won": "yes"}), "info.won"),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", list(BAD_STEPS))
+def test_a_bad_step_is_refused_and_never_reaches_the_learner(guarded, bystander, case):
+    msg, needle = BAD_STEPS[case]
+    agent_sent = lambda: guarded.registry.get("bad").agent.sent  # noqa: E731 - transitions sent to the learner
+    s = ready(guarded)
+    before = agent_sent()
+    s.sendall(encode_frame(msg))
+    expect_error(s, "bad_message", needle, bystander=bystander)
+    assert agent_sent() == before
+
+
+@pytest.mark.timeout(60)
+def test_the_same_step_when_valid_reaches_the_learner(guarded, bystander):
+    """The control of the test above: there the count stays because the step was refused."""
+    s = ready(guarded)
+    before = guarded.registry.get("bad").agent.sent
+    s.sendall(encode_frame(step_msg()))
+    assert reply(s)["type"] == "action"
+    assert guarded.registry.get("bad").agent.sent == before + 1
+    s.sendall(encode_frame({"type": "close"}))
+    assert reply(s)["type"] == "bye"
+    s.close()
+
+
+@pytest.mark.timeout(60)
+def test_protocol_order_errors(guarded, bystander):
+    s = ready(guarded)
+    s.sendall(encode_frame(hello(obs_space={"shape": [4], "low": -1, "high": 1})))
+    expect_error(s, "hello_again", "second hello", bystander=bystander)
+    s = raw(guarded)
+    s.sendall(encode_frame(hello()))
+    assert reply(s)["type"] == "welcome"
+    s.sendall(encode_frame(step_msg(reward=None)))
+    expect_error(s, "not_ready", "step outside an episode", bystander=bystander)
+    s = raw(guarded)
+    s.sendall(encode_frame(hello()) + encode_frame({"type": "new_episode"}))  # pipelined frames are fine
+    assert reply(s)["type"] == "welcome" and reply(s)["type"] == "ok"
+    s.sendall(encode_frame(step_msg()))  # a reward on the first step: no action was taken yet
+    expect_error(s, "bad_message", "first step of an episode", bystander=bystander)
+    s = raw(guarded)
+    s.sendall(encode_frame(hello(obs_space={"shape": [4], "low": -1, "high": 1})))
+    expect_error(s, "spaces_mismatch", "Box(shape [3]", "Box(shape [4]", bystander=bystander)
+
+
+@pytest.mark.timeout(60)
+def test_two_clients_claiming_one_bot_the_second_is_refused(guarded, bystander):
+    first = ready(guarded)
+    second = raw(guarded)
+    second.sendall(encode_frame(hello()))
+    expect_error(second, "name_in_use", "'bad'", bystander=bystander)
+    first.sendall(encode_frame(step_msg()))  # the first one plays on
+    assert reply(first)["type"] == "action"
+    first.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_silent_client_and_a_trickling_one_time_out(guarded, bystander):
+    silent = raw(guarded)
+    expect_error(silent, "idle_timeout", "nothing was received for 3 s", bystander=bystander)
+    slow = raw(guarded)
+    slow.sendall(encode_frame(hello())[:3])  # then nothing more: one byte a second is slower still
+    expect_error(slow, "frame_timeout", "0.5 s after its first byte", "(3 of", bystander=bystander)
+
+
+@pytest.mark.timeout(90)
+def test_200_connections_at_once_past_the_limit_get_an_error_frame(guarded, bystander):
+    wait_until(lambda: guarded.status()["connections"] == 1, 20, "only the bystander to be connected")
+    socks = [socket.socket() for _ in range(200)]
+    try:
+        for s in socks:
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", guarded.port))
+        sel = selectors.DefaultSelector()
+        for s in socks:
+            sel.register(s, selectors.EVENT_READ)
+        refused = 0
+        while refused < 193:  # 8 connections at most, the bystander's one of them
+            events = sel.select(timeout=0.05)
+            assert bystander.step(np.zeros(3), 0.0) is not None  # plays on through the flood
+            for key, _ in events:
+                sel.unregister(key.fileobj)
+                key.fileobj.setblocking(True)
+                msg = reply(key.fileobj, timeout=5)
+                assert msg["code"] == "too_many_connections" and "--max-connections" in msg["message"], msg
+                refused += 1
+        assert not sel.select(timeout=0.2)  # the 7 admitted ones got nothing: they have not said hello
+        sel.close()
+    finally:
+        for s in socks:
+            s.close()
+    assert guarded.status()["refused_connections"] >= 193
+    assert bystander.step(np.zeros(3), 0.0) is not None
+
+
+# --- the server as a process ---------------------------------------------------------------------------
+def clean_env(**extra) -> dict:
+    return {**{k: v for k, v in os.environ.items() if not k.startswith(("SACBOT_", "SACLSTM_"))}, **extra}
+
+
+def start_server(tmp_path, *args) -> tuple[subprocess.Popen, StderrWatcher, int]:
+    p = subprocess.Popen(SACBOT + ["serve", "--root", str(tmp_path / "root"), *SMALL, *args],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(), cwd=tmp_path)
+    watch = StderrWatcher(p)
+    line = watch.wait_line("listening on", 60)
+    port = int(line.split("127.0.0.1:")[1].split()[0]) if "127.0.0.1:" in line else 0
+    return p, watch, port
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.timeout(240)
+def test_kill_9_leaves_a_checkpoint_that_verifies_and_a_restarted_server_resumes(tmp_path):
+    port = free_port()
+    args = ["--port", str(port), "--pace", "lockstep", "--save-interval", "10"]
+    p, watch, _ = start_server(tmp_path, *args)
+    latest = tmp_path / "root" / "b" / "weights" / "sac_latest.zip"
+    try:
+        c = SacbotClient("b", OBS, ACT, port=port, timeout=30, hello_timeout=120, connect_for=60)
+        c.connect()
+        for k in range(5):  # 100 transitions: 37 gradient steps, saves at 10, 20 and 30
+            play(c, 20, seed=k)
+        # Saves are offered at steps 10, 20 and 30; one that finds the writer busy is dropped, never the first.
+        wait_until(lambda: ck.read_checkpoint(str(latest))["manifest"]["step"] >= 10, 60, "a periodic save")
+        p.kill()
+        p.wait(timeout=30)
+    finally:
+        p.kill()
+    assert p.returncode == -signal.SIGKILL
+    inspect = subprocess.run(SACBOT + ["inspect", str(latest)], capture_output=True, text=True, timeout=60,
+                             env=clean_env())
+    assert inspect.returncode == 0 and "valid sacbot checkpoint" in inspect.stdout, inspect.stdout
+    saved = ck.read_checkpoint(str(latest))["meta"]
+
+    # The client retries (with backoff) while the server restarts; the bot resumes from that file.
+    got: dict = {}
+    t = threading.Thread(target=lambda: got.update(c.connect()), name="test-reconnect", daemon=True)
+    with pytest.raises(ConnectionError):
+        c.step(np.zeros(3), 0.0)  # the old connection is gone
+    t.start()
+    p, watch, _ = start_server(tmp_path, *args)
+    try:
+        t.join(120)
+        assert got["resumed_from"] == str(latest) and got["episodes"] == saved["episodes"]
+        play(c, 3)
+        c.close()
+        status = subprocess.run(SACBOT + ["status", str(tmp_path / "root")], capture_output=True, text=True,
+                                timeout=60, env=clean_env())
+        assert status.returncode == 0 and "bot b" in status.stdout and f"127.0.0.1:{port}" in status.stdout, \
+            status.stdout
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=60)
+    finally:
+        p.kill()
+    err = watch.rest(10)
+    assert p.returncode == 0, err
+    assert "SIGTERM" in err and "bot b:" in err
+    final = ck.read_checkpoint(str(latest))["meta"]
+    assert final["episodes"] == saved["episodes"] + 1 and final["env_steps"] == saved["env_steps"] + 3
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--host", "0.0.0.0"], "--allow-remote"),
+    (["--host", "0.0.0.0", "--allow-remote"], "needs a token of at least 16 characters"),
+    (["--host", "0.0.0.0", "--allow-remote", "--token", "short"], "got 5 characters"),
+    (["--steps", "100"], "the games decide how long"),
+    (["--weights-path", "w"], "each bot lives under --root"),
+    (["--pace", "realtime"], "each game keeps its own clock"),
+    (["--port", "70000"], "--port = 70000"),
+])
+@pytest.mark.timeout(60)
+def test_refused_settings_exit_2_before_anything_is_written(tmp_path, args, needle):
+    p = subprocess.run(SACBOT + ["serve", "--root", str(tmp_path / "root"), *args], capture_output=True, text=True,
+                       timeout=50, env=clean_env(), cwd=tmp_path)
+    assert p.returncode == 2 and "configuration error" in p.stderr and needle in p.stderr, p.stderr
+    assert not (tmp_path / "root").exists()
+
+
+def test_the_acting_side_of_serve_imports_no_torch():
+    code = ("import sys, sacbot.serve.server, sacbot.serve.client, sacbot.serve.command, sacbot.cli; "
+            "sacbot.cli._parser(); assert 'torch' not in sys.modules, 'torch was imported'")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
