@@ -2,6 +2,7 @@
 # Create .venv (if missing) and install sacbot with the given extras (comma-separated), e.g.
 #   ./tools/setup.sh train      # what `sacbot run` needs
 #   ./tools/setup.sh test       # the test suite
+#   ./tools/setup.sh java       # the OS packages of the Java client of `sacbot serve` (clients/java/)
 # torch comes first, as the machine's own build: these machines keep a CPU wheel of torch 2.13.0
 # on disk, and pyproject's range (torch>=2.1,<3) is then already satisfied; left to the range
 # alone, pip would fetch the newest release, a multi-GB CUDA build.  SACBOT_TORCH overrides the
@@ -9,6 +10,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-}"
+# `java` is no pip extra: it installs what clients/java/ and its test need from the distribution, a
+# JDK and msgpack-core's jar, when javac, java or the jar is missing.  Given alone, it does only that.
+case ",$extras," in
+    *,java,*)
+        if ! command -v javac >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1 \
+                || ! ls /usr/share/java/msgpack-core*.jar >/dev/null 2>&1; then
+            sudo=""
+            if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+            $sudo apt-get update -q
+            $sudo apt-get install -y -q default-jdk-headless libmsgpack-java
+        fi
+        extras="$(echo ",$extras," | sed 's/,java,/,/g; s/^,//; s/,$//')"
+        if [ -z "$extras" ]; then exit 0; fi ;;
+esac
 torch_spec="${SACBOT_TORCH-torch==2.13.0}"
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
