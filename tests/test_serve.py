@@ -22,6 +22,7 @@ import weakref
 import msgpack
 import numpy as np
 import pytest
+from conftest import break_learner
 from helpers import StderrWatcher, dir_digests, wait_until
 
 from sacbot import checkpoint as ck
@@ -198,6 +199,26 @@ def test_a_disconnect_mid_episode_ends_it_and_the_same_name_continues_the_bot(tm
         assert c.last["tick"] == 11 and c.last["episode"] == 1
         c.close()
         assert server.registry.get("b").agent is agent
+
+
+@pytest.mark.timeout(120)
+def test_a_failed_learner_ends_its_game_and_the_next_hello_starts_the_bot_again(tmp_path):
+    with serving(tmp_path, cfg={"learning_starts": 8}) as server:
+        c = client(server)
+        c.connect()
+        c.new_episode("toy")
+        c.step(np.zeros(3))
+        says = break_learner(server.registry.get("b").agent, "thread")
+        with pytest.raises(ServerError) as e:
+            for _ in range(100_000):  # the learner fails at its first update, once 8 transitions are in
+                c.step(np.zeros(3), 0.0)
+        assert e.value.code == "learner_failed" and says in e.value.message
+        assert server.registry.get("b") is None and server.status()["learner_failures"] == 1
+        w = c.connect()  # a new Agent and learner, from the newest checkpoint: the close's, here
+        assert w["ticks"] == 0 and w["resumed_from"] == str(tmp_path / "root" / "b" / "weights" / "sac_latest.zip")
+        assert w["episodes"] == 1
+        c.close()
+    assert server.code == 1  # as sacbot run, whose learner failure exits 1
 
 
 # --- bad input: each refused with an error frame; another client keeps playing --------------------------

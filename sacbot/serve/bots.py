@@ -158,8 +158,9 @@ class BotRegistry:
             bot.episodes_cut += int(cut)
 
     def retire(self, bot: Bot, why: str) -> None:
-        """A bot whose learner failed: closed (its last good checkpoint stays) and forgotten, so that
-        the next hello for it starts it again from that checkpoint with a new learner."""
+        """A bot whose learner failed: closed as ``sacbot run`` closes one (a final save if the learner's
+        state allows it; a non-finite one never saves) and forgotten, so that the next hello for it
+        starts it again, with a new learner, from its newest checkpoint that verifies."""
         self.learner_failures += 1
         bot.learner_failed = why
         try:

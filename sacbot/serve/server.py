@@ -17,7 +17,6 @@ are built by the same assembly an Agent uses (``--learner thread`` or ``process`
 from __future__ import annotations
 
 import errno
-import hmac
 import itertools
 import logging
 import os
@@ -31,16 +30,13 @@ from dataclasses import dataclass
 from .. import __version__
 from ..config import Config
 from ..liveness import Heartbeat
-from ..messages import MessageError
 from . import DEFAULT_PORT, MAX_FRAME
 from . import protocol as p
-from .bots import Bot, BotRegistry
+from .bots import BotRegistry
+from .connection import Connection
 
 log = logging.getLogger("sacbot")
 EXIT_SAVE_FAILED = 3  # as sacbot run: a final checkpoint was not written, or not confirmed
-# Settings a client may want to know (they shape what the bot does); sent in the welcome.
-WELCOME_SETTINGS = ("env", "eval_mode", "learner", "pace", "hidden", "utd_ratio", "learning_starts", "reward_input",
-                    "memoryless", "quant", "seed", "opponent_policy")
 
 
 class ServeError(RuntimeError):
@@ -181,7 +177,7 @@ class Server:
 
     # --- one connection -------------------------------------------------------------------
     def _serve(self, cid: int, sock: socket.socket, peer: str) -> None:
-        conn = _Connection(self, sock, peer)
+        conn = Connection(self, sock, peer)
         try:
             conn.run()
         finally:
@@ -276,157 +272,3 @@ def _send_and_close(sock: socket.socket, msg: dict, timeout: float) -> None:
         pass
     finally:
         sock.close()
-
-
-class _Connection:
-    """One game's connection: hello, then episodes of steps, until close, an error or a stop."""
-
-    def __init__(self, server: Server, sock: socket.socket, peer: str):
-        self.server, self.sock, self.peer = server, sock, peer
-        self.opts = server.opts
-        self.reader = p.FrameReader(sock, self.opts.max_frame, server.stop)
-        self.bot: Bot | None = None
-        self.in_episode = False  # between new_episode and the step that ends it
-        self.first_step = False  # the episode's next step is its first (no reward yet)
-
-    def send(self, msg: dict) -> None:
-        self.sock.settimeout(self.opts.frame_timeout)  # a game that stops reading is dropped, not waited on
-        self.sock.sendall(p.encode_frame(msg))
-
-    def run(self) -> None:
-        try:
-            while True:
-                msg = p.decode_body(self.reader.read(self.opts.idle_timeout, self.opts.frame_timeout))
-                if not self.handle(msg):
-                    return
-        except p.ProtocolError as e:
-            if e.code not in ("server_stopping", "idle_timeout"):
-                log.info("serve: %s%s: %s", self.peer, f" (bot {self.bot.name})" if self.bot else "", e)
-            self.end()  # before the reply: a client that reconnects at once finds its bot free
-            try:
-                self.send(e.frame())
-            except OSError:
-                pass
-        except p.PeerClosed as e:
-            if not e.clean:
-                log.info("serve: %s: %s", self.peer, e)
-        except OSError as e:  # reset by the peer, a send that timed out
-            log.info("serve: %s: connection lost: %s", self.peer, e)
-        except Exception as e:  # noqa: BLE001 - a fault of ours ends this connection, never the server
-            log.exception("serve: %s: internal error", self.peer)
-            self.end()
-            try:
-                self.send(p.ProtocolError("internal", f"the server failed on this message ({type(e).__name__}: "
-                                                      f"{e}); this is a bug in sacbot, please report it").frame())
-            except OSError:
-                pass
-        finally:
-            self.end()
-
-    def end(self) -> None:
-        """Give the bot up (once): the connection is over, or about to be."""
-        bot, self.bot = self.bot, None
-        if bot is None:
-            return
-        cut, self.in_episode = self.in_episode, False
-        if bot.learner_failed is None:
-            self.server.registry.release(bot, cut)
-        if cut:
-            # Nothing is made up: the transitions already sent stay, and the step whose outcome never
-            # came is not recorded.  The learner bootstraps the episode's last stored step, as for a
-            # truncation; the bot's next new_episode starts cleanly.
-            log.info("serve: bot %s: its game went away in the middle of episode %d (tick %d); the episode ends "
-                     "there, as truncated", bot.name, bot.agent.episode_index - 1, bot.agent.ticks)
-        log.info("serve: bot %s: disconnected (%s)", bot.name, self.peer)
-
-    def handle(self, msg: dict) -> bool:
-        kind = msg["type"]
-        if kind == "step":
-            self.step(msg)
-        elif kind == "new_episode":
-            self.new_episode(msg)
-        elif kind == "hello":
-            self.hello(msg)
-        elif kind == "close":
-            self.end()  # before the reply, as for an error
-            self.send({"type": "bye"})
-            return False
-        else:
-            raise p.ProtocolError("unknown_type", f"unknown message type {kind!r:.80}; expected one of hello, "
-                                                  "new_episode, step, close")
-        return True
-
-    def hello(self, msg: dict) -> None:
-        if self.bot is not None:
-            raise p.ProtocolError("hello_again", f"a second hello on this connection, which plays bot "
-                                                 f"{self.bot.name!r}; expected one hello per connection (open "
-                                                 "another connection to play another bot or other spaces)")
-        h = p.check_hello(msg)
-        if self.opts.token is not None and (
-                h.token is None or not hmac.compare_digest(h.token.encode(), self.opts.token.encode())):
-            raise p.ProtocolError("auth", "this server requires a token, and hello.token is "
-                                          + ("missing" if h.token is None else "wrong")
-                                          + "; expected the server's --token (or SACBOT_SERVE_TOKEN)")
-        bot, how = self.server.registry.claim(h, self.peer)
-        self.bot = bot
-        agent = bot.agent
-        log.info("serve: bot %s: connected from %s (%s)", bot.name, self.peer, how)
-        cfg = self.server.cfg
-        self.send({"type": "welcome", "version": p.PROTOCOL_VERSION, "server": f"sacbot {__version__}",
-                   "bot": bot.name, "mode": "eval" if cfg.eval_mode else "train", "resumed_from": agent.loaded_from,
-                   "ticks": agent.ticks, "episodes": agent.episode_index, "policy_version": agent.policy_version,
-                   "settings": {k: getattr(bot.cfg, k) for k in WELCOME_SETTINGS},
-                   "weights": bot.cfg.weights_path, "run_dir": bot.cfg.run_dir,
-                   "max_frame": self.opts.max_frame, "idle_timeout": self.opts.idle_timeout,
-                   "frame_timeout": self.opts.frame_timeout})
-
-    def _ready(self, what: str) -> Bot:
-        if self.bot is None:
-            raise p.ProtocolError("not_ready", f"{what} before hello; expected hello first")
-        return self.bot
-
-    def new_episode(self, msg: dict) -> None:
-        bot = self._ready("new_episode")
-        opponent = p.check_new_episode(msg)
-        bot.agent.new_episode(opponent)  # claims the Agent for this thread: a reconnect gets it back
-        self.in_episode, self.first_step = True, True
-        self.send({"type": "ok", "episode": bot.agent.episode_index - 1})
-
-    def step(self, msg: dict) -> None:
-        bot = self._ready("step")
-        if not self.in_episode:
-            raise p.ProtocolError("not_ready", "step outside an episode; expected new_episode before an episode's "
-                                               "first step (and after a step that ended the last one)")
-        agent = bot.agent
-        err = agent.learner_error
-        if err is not None:
-            self.in_episode = False
-            self.server.registry.retire(bot, err)
-            raise p.ProtocolError("learner_failed", f"bot {bot.name!r}'s learner failed ({err}); its last good "
-                                                    "checkpoint is kept; expected a new hello, which starts it again "
-                                                    "from that checkpoint")
-        s = p.check_step(msg, bot.obs)
-        try:
-            if self.first_step:
-                if s.reward is not None or s.terminated or s.truncated:
-                    raise p.ProtocolError("bad_message", "this is the first step of an episode, which no action "
-                                                         f"preceded: got reward {s.reward!r}, terminated "
-                                                         f"{s.terminated}, truncated {s.truncated}; expected reward "
-                                                         "nil and terminated = truncated = false")
-                self.first_step = False
-            else:
-                if s.reward is None:
-                    raise p.ProtocolError("bad_message", "step.reward is nil, but this is not the episode's first "
-                                                         "step; expected the reward the last action earned")
-                agent.observe(s.reward, s.obs, s.terminated, s.truncated,
-                              None if s.won is None else {"won": s.won})
-                if s.terminated or s.truncated:
-                    self.in_episode = False
-                    self.send({"type": "action", "action": None, "done": True, "tick": agent.ticks,
-                               "episode": agent.episode_index - 1, "policy_version": agent.policy_version})
-                    return
-            action = agent.act(s.obs)
-        except MessageError as e:  # the Agent's own checks: a value the protocol's checks let through
-            raise p.ProtocolError("bad_message", f"{e}; expected values the bot's spaces allow") from None
-        self.send({"type": "action", "action": action.astype(float).tolist(), "done": False, "tick": agent.ticks,
-                   "episode": agent.episode_index - 1, "policy_version": agent.policy_version})
