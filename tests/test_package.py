@@ -49,7 +49,8 @@ def test_the_wheel_holds_sacbot_its_envs_and_the_pretrained_bot_and_no_top_level
     wheel = zipfile.ZipFile(build_wheel(tmp_path))
     names = set(wheel.namelist())
     for want in ("sacbot/cli.py", "sacbot/pretrained.py", "sacbot/bots/tankduel.zip", "sacbot/bots/README.md",
-                 "sacbot/envs/__init__.py", "sacbot/envs/tank_duel.py", "sacbot/envs/memory.py"):
+                 "sacbot/envs/__init__.py", "sacbot/envs/tank_duel.py", "sacbot/envs/memory.py",
+                 "sacbot/serve/server.py", "sacbot/serve/protocol.py", "sacbot/serve/client.py"):
         assert want in names, want
     # A top-level "envs" would overwrite any other project's envs package in a user's environment.
     assert not [n for n in names if n.startswith("envs/")]
