@@ -86,7 +86,7 @@ class Connection:
             # Nothing is made up: the transitions already sent stay, and the step whose outcome never
             # came is not recorded.  The learner bootstraps the episode's last stored step, as for a
             # truncation; the bot's next new_episode starts cleanly.
-            log.info("serve: bot %s: its game went away in the middle of episode %d (tick %d); the episode ends "
+            log.info("serve: bot %s: its connection ended in the middle of episode %d (tick %d); the episode ends "
                      "there, as truncated", bot.name, bot.agent.episode_index - 1, bot.agent.ticks)
         log.info("serve: bot %s: disconnected (%s)", bot.name, self.peer)
 
