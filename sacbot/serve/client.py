@@ -58,7 +58,14 @@ def space_wire(space: Any) -> dict:
 
 
 class SacbotClient:
-    """One game's connection to ``sacbot serve``, playing the bot ``bot``.
+    """One game's connection to ``sacbot serve``, playing the bot ``bot``::
+
+        with SacbotClient("tank-1", obs_space, action_space) as bot:          # connect() and hello
+            while playing:
+                bot.new_episode(opponent="tracker")
+                obs, reward, terminated, truncated = game.reset(), None, False, False
+                while (action := bot.step(obs, reward, terminated, truncated)) is not None:
+                    obs, reward, terminated, truncated = game.step(action)
 
     ``host``/``port`` (TCP) or ``socket_path`` (a Unix socket); ``token``: the server's shared
     secret, if it has one.  ``timeout``: seconds a reply may take (a lockstep server's reply waits

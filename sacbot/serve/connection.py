@@ -51,7 +51,7 @@ class Connection:
                 if not self.handle(msg):
                     return
         except p.ProtocolError as e:
-            if e.code not in ("server_stopping", "idle_timeout"):
+            if e.code != "server_stopping":  # every connection gets that one: the stop is logged once
                 log.info("serve: %s%s: %s", self.peer, f" (bot {self.bot.name})" if self.bot else "", e)
             self.end()  # before the reply: a client that reconnects at once finds its bot free
             try:
