@@ -124,8 +124,13 @@ def test_file_places_in_the_originals_layout(tmp_path):
     cfg = Config(weights_path=str(tmp_path / "weights" / "bot.zip"), run_dir="r")
     assert cfg.original_layout
     assert (cfg.weights_dir, cfg.latest_name) == (str(tmp_path / "weights"), "bot.zip")
-    assert cfg.round_counter_path == str(tmp_path / "weights" / "round_counter.txt")
-    assert cfg.metrics_path == str(tmp_path / "training_metrics.jsonl")  # the weights dir's parent
+    # A zip named other than sac_latest.zip prefixes its own files, so two bots in one folder
+    # never share a counter or a metrics log.
+    assert cfg.round_counter_path == str(tmp_path / "weights" / "bot.round_counter.txt")
+    assert cfg.metrics_path == str(tmp_path / "bot.training_metrics.jsonl")  # weights dir's parent
+    orig = Config(weights_path=str(tmp_path / "weights" / "sac_latest.zip"), run_dir="r")
+    assert orig.round_counter_path == str(tmp_path / "weights" / "round_counter.txt")
+    assert orig.metrics_path == str(tmp_path / "training_metrics.jsonl")
 
 
 def test_a_bare_zip_name_lives_in_the_working_directory(tmp_path, monkeypatch):

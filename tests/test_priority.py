@@ -14,6 +14,7 @@ import pytest
 from helpers import ACT_SPACE, OBS_SPACE, small_cfg
 
 from sacbot.agent import Agent
+from sacbot.config import Config
 
 ROOT = Path(__file__).resolve().parents[1]
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="niceness per thread is Linux's")
@@ -75,20 +76,24 @@ def test_a_learner_nice_out_of_range_is_refused_by_name(value, tmp_path):
 @pytest.mark.timeout(240)
 def test_the_acting_thread_is_not_kept_waiting_while_the_thread_learner_trains():
     """A probe on the acting thread sleeps 1 ms again and again while the thread learner trains flat
-    out, with one CPU-bound process beside the bot (tools/bench_gil.py at smoke size).  At the
-    bot's own priority the learner kept it from a core for a whole scheduler tick (~4 ms) 14-19
-    times a second on the 2-core machine; at the default it was 1-2 times a second.  Compared side
-    by side in one run, so a faster or quieter machine moves both arms."""
+    out, with CPU-bound processes beside the bot so that one more thread wants a core than there
+    are cores (tools/bench_gil.py at smoke size).  At the bot's own priority the learner kept it
+    from a core for a whole scheduler tick (~4 ms) 14-21 times a second on a 2-core machine; at the
+    default 1-4 times.  Compared side by side in one run, so a faster or busier machine moves both
+    arms; the bound is the ratio, which the learner at the bot's priority (the code before the fix)
+    cannot meet."""
+    nice = Config().learner_nice
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_gil.py"), "--seconds", "8", "--repeats", "1",
-                        "--load", "1", "--nice", "0", "10"], capture_output=True, text=True, timeout=220)
+                        "--load", str(max(1, cores - 1)), "--nice", "0", str(nice)],
+                       capture_output=True, text=True, timeout=220)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    base, default = out["arms"]["0"], out["arms"]["10"]
+    base, default = out["arms"]["0"], out["arms"][str(nice)]
     print(json.dumps(out["arms"]))  # the figure, in the test's output
-    # The GIL is not what keeps acting waiting: its share of any wake-up stays under a millisecond.
-    assert default["longest_gil_wait_per_s_ms"] < 1.5, default
-    # At most 4 late wake-ups (> 1 ms) a second, and fewer than half of what the same learner at
-    # the bot's own priority causes, unless that arm itself stayed under the bound.
-    assert default["late_over_1ms_per_s"] <= 4.0, (default, base)
-    if base["late_over_1ms_per_s"] > 4.0:
-        assert default["late_over_1ms_per_s"] <= 0.5 * base["late_over_1ms_per_s"], (default, base)
+    # The GIL is not what keeps acting waiting: a learner holding it for whole switch intervals
+    # would show ~5 ms here every second; measured 0.7-1.4 ms.
+    assert default["longest_gil_wait_per_s_ms"] < 2.5, default
+    # Late wake-ups (> 1 ms): at most half of what the same learner at the bot's own priority
+    # causes (measured 0.1-0.2 of it), or under 2 a second where that arm itself had few.
+    assert default["late_over_1ms_per_s"] <= max(0.5 * base["late_over_1ms_per_s"], 2.0), (default, base)
