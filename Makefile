@@ -15,5 +15,6 @@ JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo 
 test:
 	./tools/setup.sh test
 	.venv/bin/ruff check sacbot envs tools tests
+	.venv/bin/lint-imports
 	.venv/bin/pytest -q -n $(JOBS) --dist loadgroup -m "not alone"
 	.venv/bin/pytest -q -p no:xdist -m alone

@@ -46,7 +46,7 @@ _register("sacbot/TankDuelRadar-v0", entry_point=f"{__name__}.tank_duel:TankDuel
 # potential-based shaping pays a shot on course when it is fired and the gun's turn towards the
 # enemy.  Neither alone taught the learner the duel; together they did with a 120-degree radar (the
 # enemy in view one tick in three).  At v0's 40 degrees the same learner reached 15-30% in 30k.
-# Its preset (sacbot/presets.py) also gives it a critic without memory, which the critic's values
+# Its preset (sacbot/config/presets.py) also gives it a critic without memory, which the critic's values
 # make possible: with it every run measured learnt the duel (docs/experiments.md).
 _register("sacbot/TankDuelRadar-v1", entry_point=f"{__name__}.tank_duel:TankDuel",
           kwargs={"opponents": ("sitting_duck",), "schedule": "fixed", "gun_control": "turn",

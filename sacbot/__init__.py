@@ -4,7 +4,6 @@ A game loop holds an :class:`Agent`; its ``act`` answers every tick in numpy and
 while a learner (a thread, a child process or a Ray actor) trains on what ``observe`` sends::
 
     from sacbot import Agent, load_config
-
     with Agent(load_config(), obs_space, action_space) as agent:
         agent.new_episode(opponent="tracker")
         action = agent.act(obs)
@@ -22,10 +21,11 @@ __version__ = "0.1.0"
 __all__ = ["Agent", "AgentError", "Config", "ConfigError", "load_config", "__version__"]
 
 if TYPE_CHECKING:
-    from .agent import Agent, AgentError
-    from .config import Config, ConfigError, load_config
+    from sacbot.acting.agent import AgentError
+    from sacbot.assembly.bot import Agent
+    from sacbot.config import Config, ConfigError, load_config
 
-_LAZY = {"Agent": "agent", "AgentError": "agent", "Config": "config", "ConfigError": "config",
+_LAZY = {"Agent": "assembly.bot", "AgentError": "acting.agent", "Config": "config", "ConfigError": "config",
          "load_config": "config"}
 
 
@@ -33,7 +33,7 @@ def __getattr__(name: str):
     if name in _LAZY:
         import importlib
 
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        value = getattr(importlib.import_module(f"sacbot.{_LAZY[name]}"), name)
         globals()[name] = value  # once imported, a plain attribute
         return value
     raise AttributeError(f"module 'sacbot' has no attribute {name!r}")

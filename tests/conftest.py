@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from sacbot.learner import LEARNER_KINDS
+from sacbot.wire.boundary import LEARNER_KINDS
 
 
 def pytest_configure(config) -> None:

@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 
-from sacbot.liveness import RoundCounter
+from sacbot.store.liveness import RoundCounter
 
 p = argparse.ArgumentParser()
 p.add_argument("--mode", default="normal", choices=["normal", "freeze", "crash"])

@@ -133,8 +133,8 @@ def test_the_radar_gun_probe_plays_a_checkpoint_at_the_arc_asked(tmp_path):
     import numpy as np
     import torch
 
-    from sacbot import checkpoint as ck
-    from sacbot.sac import Critic
+    from sacbot.learning.sac import Critic
+    from sacbot.store import checkpoint as ck
     probe = load_tool("probe_radar_gun")
     rng = np.random.default_rng(0)
     obs, act = rng.uniform(-1, 1, (7, 32)).astype(np.float32), rng.uniform(-1, 1, (7, 4)).astype(np.float32)

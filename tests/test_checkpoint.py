@@ -19,12 +19,12 @@ from helpers import dir_digests, load_tool
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sacbot import checkpoint as ck
 from sacbot.config import Config
-from sacbot.lock import WriterLock
-from sacbot.messages import make_transition, pack
-from sacbot.replay import CHUNK_MIN_ROWS as C  # rows per replay chunk at the capacities used here
-from sacbot.training import TrainingState, handle_message, train_pass
+from sacbot.learning.replay import CHUNK_MIN_ROWS as C  # rows per replay chunk at the capacities used here
+from sacbot.learning.training import TrainingState, handle_message, train_pass
+from sacbot.store import checkpoint as ck
+from sacbot.store.lock import WriterLock
+from sacbot.wire.messages import make_transition, pack
 
 
 def tr(i=0.0, trunc=False):
@@ -395,7 +395,7 @@ def test_game_difference_reads_old_checkpoints_as_the_game_they_were_trained_in(
 
 def test_a_mismatch_found_after_a_damaged_file_says_that_file_was_moved(good_dir):
     """The refusal said "nothing was changed" after renaming the damaged sac_latest.zip."""
-    from sacbot.assemble import _mismatch
+    from sacbot.assembly.assemble import _mismatch
 
     (good_dir / ck.LATEST).write_bytes(b"not a zip")
     with pytest.raises(ck.CheckpointMismatch) as got:
@@ -679,7 +679,7 @@ try:
         sys.argv = ["sacbot", "inspect", path]
         runpy.run_module("sacbot", run_name="__main__")
     else:
-        from sacbot.checkpoint import CheckpointError, read_checkpoint
+        from sacbot.store.checkpoint import CheckpointError, read_checkpoint
         try:
             read_checkpoint(path)
             print("loaded")

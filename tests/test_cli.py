@@ -13,8 +13,8 @@ import time
 import pytest
 from helpers import StderrWatcher, wait_until
 
-from sacbot.checkpoint import read_checkpoint
 from sacbot.config import ConfigError, load_config
+from sacbot.store.checkpoint import read_checkpoint
 
 SACBOT = [sys.executable, "-m", "sacbot"]
 
@@ -366,8 +366,8 @@ def test_an_env_declares_what_the_actor_must_not_read_and_a_flag_cannot_undo_it(
     import gymnasium as gym
 
     import sacbot.envs  # noqa: F401 - registers
+    from sacbot.acting.games import with_env_critic_obs
     from sacbot.config import Config
-    from sacbot.driver import with_env_critic_obs
 
     v1 = gym.make("sacbot/TankDuelRadar-v1")
     assert with_env_critic_obs(Config(env="sacbot/TankDuelRadar-v1"), v1).critic_obs == 14
@@ -389,8 +389,8 @@ def test_a_critic_without_memory_or_values_of_its_own_is_warned_about(caplog):
     import gymnasium as gym
 
     import sacbot.envs  # noqa: F401 - registers
+    from sacbot.acting.games import with_env_critic_obs
     from sacbot.config import Config
-    from sacbot.driver import with_env_critic_obs
 
     bare = gym.make("sacbot/TankDuelRadar-v1", critic_info=False)
     with caplog.at_level("WARNING", logger="sacbot"):

@@ -22,7 +22,7 @@ pytest.importorskip("ray")
 # appeared while it ran, which would take down a cluster another worker's test had started.
 pytestmark = pytest.mark.xdist_group("ray")
 
-from sacbot.checkpoint import read_checkpoint  # noqa: E402
+from sacbot.store.checkpoint import read_checkpoint  # noqa: E402
 
 SACBOT = [sys.executable, "-m", "sacbot"]
 # A process joining the local instance must take 127.0.0.1 as the node address too (sacbot cluster

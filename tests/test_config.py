@@ -9,9 +9,9 @@ import os
 import gymnasium as gym
 import pytest
 
+from sacbot.app.envcheck import check_env
 from sacbot.config import MAX_SEED, Config, ConfigError, load_config
-from sacbot.envcheck import check_env
-from sacbot.presets import PRESETS, preset_for
+from sacbot.config.presets import PRESETS, preset_for
 
 TANK = "sacbot/TankDuel-v0"
 
@@ -319,15 +319,14 @@ def test_other_settings_past_what_trains_are_refused_too(flag, raw):
 
 
 def test_the_hidden_ceiling_trains_and_saves_with_the_default_replay():
-    from sacbot import checkpoint as ck
-
+    from sacbot.store import checkpoint as ck
     hidden = Config.__dataclass_fields__["hidden"].metadata["max"]
     assert ck.checkpoint_byte_cap(35, 2, hidden, Config.buffer_size, True) <= ck.MAX_CHECKPOINT_BYTES
 
 
 def test_the_utd_ceiling_is_what_one_training_pass_takes():
     from sacbot.config import MAX_UTD_RATIO
-    from sacbot.training import MAX_PASS_STEPS
+    from sacbot.learning.training import MAX_PASS_STEPS
 
     assert MAX_UTD_RATIO == MAX_PASS_STEPS  # one lockstep step's updates fit one pass: nothing piles up
 
@@ -339,10 +338,10 @@ def _checkpoint_with_carry(tmp_path, carry: float, saved_ratio: float):
     import numpy as np
     from helpers import ACT_SPACE, OBS_SPACE, small_cfg
 
-    from sacbot import checkpoint as ck
-    from sacbot.agent import learner_spaces
-    from sacbot.messages import NewEpisode, Transition
-    from sacbot.training import TrainingState, handle_message
+    from sacbot.acting.agent import learner_spaces
+    from sacbot.learning.training import TrainingState, handle_message
+    from sacbot.store import checkpoint as ck
+    from sacbot.wire.messages import NewEpisode, Transition
 
     cfg = small_cfg(tmp_path)
     st = TrainingState.fresh(cfg, 3, 1)
@@ -366,8 +365,8 @@ def test_a_resume_at_another_utd_ratio_trains_at_the_new_one_from_the_first_step
 
     from helpers import ACT_SPACE, OBS_SPACE, play
 
-    from sacbot import checkpoint as ck
-    from sacbot.agent import Agent
+    from sacbot import Agent
+    from sacbot.store import checkpoint as ck
 
     cfg = dataclasses.replace(_checkpoint_with_carry(tmp_path, carry, saved_ratio), pace="lockstep", utd_ratio=1.0)
     with Agent(cfg, OBS_SPACE, ACT_SPACE, log=lambda m: None) as agent:
@@ -382,7 +381,7 @@ def test_a_resume_at_another_utd_ratio_trains_at_the_new_one_from_the_first_step
 def test_the_resumed_carry_is_rescaled_to_the_current_ratio_and_bounded_by_one_pass():
     import math
 
-    from sacbot.training import MAX_PASS_STEPS, resumed_carry
+    from sacbot.learning.training import MAX_PASS_STEPS, resumed_carry
 
     assert resumed_carry(5.5, 8.0, 8.0) == 5.5  # unchanged: a lockstep resume stays exact
     assert resumed_carry(6.0, 8.0, 2.0) == 1.5  # 0.75 transitions' worth, at the new ratio
@@ -402,7 +401,7 @@ def test_a_replay_that_cannot_fit_this_machine_is_refused_before_anything_is_all
     import numpy as np
     from helpers import ACT_SPACE, small_cfg
 
-    from sacbot.agent import Agent
+    from sacbot import Agent
 
     wide = gym.spaces.Box(-1, 1, (100_000,), np.float32)
     cfg = small_cfg(tmp_path, buffer_size=10_000_000, save_replay=False)
@@ -419,7 +418,7 @@ def test_a_gradient_step_that_cannot_fit_this_machine_is_refused(tmp_path):
     died in its first gradient step."""
     from helpers import ACT_SPACE, OBS_SPACE, small_cfg
 
-    from sacbot.agent import Agent
+    from sacbot import Agent
 
     if os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") > 500e9:
         pytest.skip("this machine has the memory for it")

@@ -16,9 +16,9 @@ import pytest
 import torch
 from test_learner import ACT, OBS, filled_replay
 
-from sacbot import policy
+from sacbot.acting import policy
 from sacbot.config import Config
-from sacbot.sac import SACLSTMLearner
+from sacbot.learning.sac import SACLSTMLearner
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible to torch")
 SACBOT = [sys.executable, "-m", "sacbot"]

@@ -19,10 +19,12 @@ import numpy as np
 import pytest
 from helpers import ACT_SPACE, OBS_SPACE, StderrWatcher, dir_digests, play, small_cfg, wait_exit, wait_until
 
-from sacbot.agent import Agent, AgentError, LatencyWindow
-from sacbot.checkpoint import read_checkpoint
+from sacbot import Agent
+from sacbot.acting.agent import AgentError
+from sacbot.acting.latency import LatencyWindow
 from sacbot.config import Config, ConfigError
-from sacbot.messages import MessageError
+from sacbot.store.checkpoint import read_checkpoint
+from sacbot.wire.messages import MessageError
 
 pytestmark = pytest.mark.timeout(120)
 SACBOT = [sys.executable, "-m", "sacbot"]
@@ -110,7 +112,7 @@ def test_a_program_that_ends_without_close_still_makes_the_final_save(tmp_path):
     script = (f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
               "import numpy as np\n"
               "from helpers import ACT_SPACE, OBS_SPACE, play, small_cfg\n"
-              "from sacbot.agent import Agent\n"
+              "from sacbot import Agent\n"
               f"agent = Agent(small_cfg(__import__('pathlib').Path({str(tmp_path)!r}), save_interval=10**6), "
               "OBS_SPACE, ACT_SPACE)\n"
               "play(agent, 40)\n"
@@ -302,7 +304,7 @@ def test_no_fresh_start_leaves_a_file_with_a_sound_actor_and_a_damaged_model_whe
 def test_a_forked_child_that_exits_does_not_close_its_parents_agent(tmp_path):
     script = (f"import os, sys; sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
               "from helpers import ACT_SPACE, OBS_SPACE, play, small_cfg\n"
-              "from sacbot.agent import Agent\n"
+              "from sacbot import Agent\n"
               f"agent = Agent(small_cfg(__import__('pathlib').Path({str(tmp_path)!r})), OBS_SPACE, ACT_SPACE)\n"
               "play(agent, 10)\n"
               "pid = os.fork()\n"

@@ -27,9 +27,9 @@ def test_ids_lists_every_env_sacbot_registers():
 def test_every_registered_env_passes_the_runs_env_check_and_is_made_as_the_driver_makes_it(env_id):
     """`sacbot run --env X` for each: the up-front check, then the driver's make.  CueMemory took
     no render_mode, and the driver passed render_mode=None, so it could not run at all."""
+    from sacbot.acting.games import make_env
+    from sacbot.app.envcheck import check_env as run_check
     from sacbot.config import Config
-    from sacbot.driver import make_env
-    from sacbot.envcheck import check_env as run_check
 
     run_check(Config(env=env_id))
     env = make_env(env_id)
@@ -509,7 +509,7 @@ def test_the_scripted_policies_play_v1_as_a_bot_would_at_its_wider_arc():
 
 def test_the_duel_declares_the_kwargs_that_change_what_its_values_mean():
     """sacbot saves these with a bot and refuses a resume or eval under others (Config.transfer)."""
-    from sacbot.driver import env_layout
+    from sacbot.acting.games import env_layout
 
     assert env_layout(gym.make("sacbot/TankDuel-v0")) == {"observation": "full", "gun_control": "aim",
                                                          "critic_info": False}

@@ -10,12 +10,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sacbot import policy
+from sacbot.acting import policy
 from sacbot.config import Config
 from sacbot.envs.memory import CueMemory
-from sacbot.quant import QLSTM, QUANTIZING, QLinear
-from sacbot.replay import SequenceReplay
-from sacbot.sac import SACLSTMLearner, n_step_targets, tanh_log_prob
+from sacbot.learning.quant import QLSTM, QUANTIZING, QLinear
+from sacbot.learning.replay import SequenceReplay
+from sacbot.learning.sac import SACLSTMLearner, n_step_targets, tanh_log_prob
 
 torch.set_num_threads(1)
 OBS, ACT = 35, 4
@@ -491,7 +491,7 @@ def test_a_critic_without_memory_reads_each_step_alone(critic_memory):
 
 def test_a_cpu_device_number_is_refused_as_selecting_nothing():
     from sacbot.config import ConfigError
-    from sacbot.sac import resolve_device
+    from sacbot.learning.sac import resolve_device
 
     assert str(resolve_device("cpu")) == "cpu" and str(resolve_device("cpu:0")) == "cpu:0"
     with pytest.raises(ConfigError, match="device = 'cpu:5' is not accepted: expected cpu, cuda or cuda:N"):

@@ -1,4 +1,4 @@
-"""One writer per weights directory: sacbot.lock.WriterLock, across real processes."""
+"""One writer per weights directory: sacbot.store.lock.WriterLock, across real processes."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import sys
 import pytest
 from helpers import pid_alive, wait_exit
 
-from sacbot.lock import LOCK_NAME, LockHeld, WriterLock
+from sacbot.store.lock import LOCK_NAME, LockHeld, WriterLock
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
 # A process that takes the lock, says so, and holds it until its stdin closes.
 HOLDER = """
 import sys
-from sacbot.lock import WriterLock
+from sacbot.store.lock import WriterLock
 lock = WriterLock(sys.argv[1]).acquire()
 print("locked", flush=True)
 sys.stdin.read()
@@ -26,7 +26,7 @@ sys.stdin.read()
 # A process that tries once and reports the outcome as its exit code and stderr.
 TRY = """
 import sys
-from sacbot.lock import LockHeld, WriterLock
+from sacbot.store.lock import LockHeld, WriterLock
 try:
     WriterLock(sys.argv[1]).acquire()
 except LockHeld as e:
@@ -66,7 +66,7 @@ def test_a_second_process_is_refused_naming_the_holder_and_a_killed_holder_frees
         first.wait(timeout=20)
         r = _try(tmp_path)
         assert r.returncode == 0 and r.stdout.strip() == "acquired", r
-        assert os.path.exists(tmp_path / LOCK_NAME)  # never deleted (see sacbot/lock.py)
+        assert os.path.exists(tmp_path / LOCK_NAME)  # never deleted (see sacbot/store/lock.py)
     finally:
         if first.poll() is None:
             first.kill()
@@ -108,7 +108,7 @@ FORKING_BOT = """
 import multiprocessing, os, pathlib, sys
 sys.path.insert(0, sys.argv[3])
 from helpers import ACT_SPACE, OBS_SPACE, play, small_cfg
-from sacbot.agent import Agent
+from sacbot import Agent
 
 
 def worker(fd):
@@ -131,7 +131,7 @@ def test_a_forked_worker_that_outlives_its_bot_does_not_hold_the_bots_lock(tmp_p
     nothing, and the next start was refused as "in use by process N", N the dead bot."""
     from helpers import ACT_SPACE, OBS_SPACE, small_cfg
 
-    from sacbot.agent import Agent
+    from sacbot import Agent
 
     r, w = os.pipe()
     log = tmp_path / "bot.err"
@@ -162,7 +162,7 @@ def test_a_forked_worker_that_outlives_its_bot_does_not_hold_the_bots_lock(tmp_p
 # the child tries the lock too and reports who it was told holds it.
 PLAIN_FORK = """
 import os, sys
-from sacbot.lock import LockHeld, WriterLock
+from sacbot.store.lock import LockHeld, WriterLock
 lock = WriterLock(sys.argv[1]).acquire()
 r, w = os.pipe()
 told_r, told_w = os.pipe()
@@ -206,7 +206,7 @@ def test_a_plain_fork_child_holds_nothing_and_is_told_its_parent_holds_the_lock(
 # closes its own and exits: the program holds the lock, though the file names the first process.
 HAND_OVER = """
 import os, subprocess, sys
-from sacbot.lock import WriterLock
+from sacbot.store.lock import WriterLock
 lock = WriterLock(sys.argv[1]).acquire()
 fd = lock._fd
 holder = subprocess.Popen([sys.executable, "-c", "import os, sys; os.read(int(sys.argv[1]), 1)", sys.argv[2]],

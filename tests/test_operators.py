@@ -14,7 +14,8 @@ import sys
 import pytest
 from helpers import ACT_SPACE, OBS_SPACE, StderrWatcher, play, small_cfg, wait_exit
 
-from sacbot.agent import Agent, AgentError
+from sacbot import Agent
+from sacbot.acting.agent import AgentError
 from sacbot.config import ConfigError
 
 pytestmark = pytest.mark.timeout(120)
@@ -104,7 +105,7 @@ def test_training_metrics_that_cannot_be_written_are_logged_once_not_per_pass(tm
 
 
 def test_a_file_is_said_once_per_kind_of_error_and_again_after_it_worked(caplog):
-    from sacbot.files import write_failed, write_ok
+    from sacbot.store.files import write_failed, write_ok
 
     path = "/nowhere/status.json"
     with caplog.at_level(logging.INFO, logger="sacbot"):

@@ -10,7 +10,7 @@ import sys
 import pytest
 from helpers import dir_digests
 
-from sacbot.checkpoint import read_checkpoint
+from sacbot.store.checkpoint import read_checkpoint
 
 pytestmark = pytest.mark.timeout(180)
 SACBOT = [sys.executable, "-m", "sacbot"]

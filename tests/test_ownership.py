@@ -20,11 +20,13 @@ import pytest
 import zstandard
 from helpers import ACT_SPACE, OBS_SPACE, dir_digests, play, small_cfg
 
-from sacbot import checkpoint as ck
-from sacbot.agent import Agent, AgentError
+from sacbot import Agent
+from sacbot.acting.agent import AgentError
 from sacbot.config import Config, ConfigError
-from sacbot.messages import make_transition, pack, unpack
-from sacbot.training import TrainingState, handle_message, train_pass
+from sacbot.learning.training import TrainingState, handle_message, train_pass
+from sacbot.store import checkpoint as ck
+from sacbot.store import load as ck_load
+from sacbot.wire.messages import make_transition, pack, unpack
 
 pytestmark = pytest.mark.timeout(240)
 SACBOT = [sys.executable, "-m", "sacbot"]
@@ -326,7 +328,7 @@ def test_a_corrupt_file_that_cannot_be_moved_aside_stops_loading(two_saves, monk
     def refused(path):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
 
-    monkeypatch.setattr(ck, "set_aside", refused)
+    monkeypatch.setattr(ck_load, "set_aside", refused)
     with pytest.raises(ck.CheckpointError, match="not a zip file.*could not be moved aside.*read access") as e:
         ck.load_latest(str(two_saves), log=lambda m: None)
     assert isinstance(e.value, ck.CheckpointUnreadable)

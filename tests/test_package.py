@@ -48,7 +48,7 @@ def build_wheel(tmp_path) -> str:
 def test_the_wheel_holds_sacbot_its_envs_and_the_pretrained_bot_and_no_top_level_envs(tmp_path):
     wheel = zipfile.ZipFile(build_wheel(tmp_path))
     names = set(wheel.namelist())
-    for want in ("sacbot/cli.py", "sacbot/pretrained.py", "sacbot/bots/tankduel.zip", "sacbot/bots/README.md",
+    for want in ("sacbot/app/cli.py", "sacbot/store/pretrained.py", "sacbot/bots/tankduel.zip", "sacbot/bots/README.md",
                  "sacbot/envs/__init__.py", "sacbot/envs/tank_duel.py", "sacbot/envs/memory.py",
                  "sacbot/serve/server.py", "sacbot/serve/protocol.py", "sacbot/serve/client.py"):
         assert want in names, want
@@ -59,8 +59,8 @@ def test_the_wheel_holds_sacbot_its_envs_and_the_pretrained_bot_and_no_top_level
 
 
 def test_eval_from_any_directory_plays_the_bot_shipped_in_the_package(tmp_path, monkeypatch):
-    from sacbot.agent import Agent
-    from sacbot.driver import make_env
+    from sacbot import Agent
+    from sacbot.acting.games import make_env
 
     monkeypatch.chdir(tmp_path)  # no ./weights, no ./weights/pretrained
     cfg = dataclasses.replace(Config(), eval_mode=True, run_dir=str(tmp_path / "run"))
@@ -78,8 +78,7 @@ def test_eval_from_any_directory_plays_the_bot_shipped_in_the_package(tmp_path, 
 
 
 def test_a_bot_in_weights_pretrained_comes_before_the_shipped_one_and_a_bad_one_is_skipped(tmp_path):
-    from sacbot import pretrained
-
+    from sacbot.store import pretrained
     local = tmp_path / "weights" / "pretrained"
     local.mkdir(parents=True)
     (local / "a_broken.zip").write_bytes(b"not a zip")

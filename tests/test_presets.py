@@ -12,7 +12,7 @@ import pytest
 
 import sacbot.envs  # noqa: F401 - registers the sacbot/* ids
 from sacbot.config import Config, ConfigError, load_config
-from sacbot.presets import PRESETS, preset_for
+from sacbot.config.presets import PRESETS, preset_for
 
 
 @pytest.mark.parametrize("env_id", sorted(PRESETS))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import ACT_SPACE, OBS_SPACE, small_cfg
 
-from sacbot.agent import Agent
+from sacbot import Agent
 from sacbot.config import Config
 
 ROOT = Path(__file__).resolve().parents[1]

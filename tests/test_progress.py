@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from sacbot.progress import Progress
+from sacbot.app.progress import Progress
 
 # One plain line: elapsed time, then the driver's text, which starts with the steps and holds the
 # policy version and the drops.
@@ -62,8 +62,8 @@ def test_quiet_prints_nothing_and_a_closed_stream_ends_progress_without_an_error
 
 # The CLI with a shorter interval, so a run of a few seconds shows several lines; the module's
 # attribute is read when the Progress is built.
-_CLI_WITH_INTERVAL = ("import sys, sacbot.progress as p; p.PLAIN_INTERVAL_S = float(sys.argv[1]); "
-                      "from sacbot.cli import main; sys.exit(main(sys.argv[2:]))")
+_CLI_WITH_INTERVAL = ("import sys, sacbot.app.progress as p; p.PLAIN_INTERVAL_S = float(sys.argv[1]); "
+                      "from sacbot.app.cli import main; sys.exit(main(sys.argv[2:]))")
 
 
 def _eval_through_a_pipe(tmp_path, interval: float | None, episodes: int):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sacbot.replay import SequenceReplay
+from sacbot.learning.replay import SequenceReplay
 
 
 def episodic_buffer(lengths, capacity=1000, end="terminated"):
@@ -387,7 +387,7 @@ def test_a_senders_batches_reach_the_learner_in_order_whatever_order_ray_runs_th
     (measured: 242 of 2,000 calls overtook the one before); InOrder puts them back."""
     import random
 
-    from sacbot.ray_cluster import InOrder
+    from sacbot.app.ray_cluster import InOrder
 
     order = InOrder(window=4)
     seqs = list(range(1, 2001))
@@ -410,7 +410,7 @@ def test_a_senders_batches_reach_the_learner_in_order_whatever_order_ray_runs_th
 def test_a_restarted_bot_is_a_new_client_and_its_batches_are_not_taken_for_duplicates():
     """A bot restarted by Ray numbers its batches from 1 again; the learner used to drop all of
     them as retried duplicates, silently, for as long as the bot had run before."""
-    from sacbot.ray_cluster import InOrder
+    from sacbot.app.ray_cluster import InOrder
 
     before = InOrder(4, client="a")
     assert [b for s in range(1, 101) for b in before.put(s, s, s)] == list(range(1, 101))

@@ -11,7 +11,7 @@ import sys
 import pytest
 from helpers import StderrWatcher, dir_digests
 
-from sacbot.checkpoint import read_checkpoint
+from sacbot.store.checkpoint import read_checkpoint
 
 FAKE = [sys.executable, os.path.join(os.path.dirname(__file__), "fake_bot.py")]
 RUNNER = [sys.executable, "-m", "sacbot", "runner"]
@@ -159,7 +159,7 @@ def test_periodic_eval_appends_results_and_keeps_best_zip(tmp_path):
 def test_status_table_says_live_stale_or_missing(tmp_path):
     import time
 
-    from sacbot.status import format_status
+    from sacbot.app.status import format_status
 
     text, code = format_status(str(tmp_path))
     assert code == 1 and "no heartbeat" in text
@@ -197,7 +197,7 @@ FULL_DISK_RUNNER = [sys.executable, "-c",
                     "def full(*a, **k):\n"
                     "    raise OSError(errno.ENOSPC, 'No space left on device')\n"
                     "shutil.copyfile = full\n"
-                    "from sacbot.runner import main\n"
+                    "from sacbot.app.runner import main\n"
                     "sys.exit(main(sys.argv[1:]))"]
 EVAL = " ".join(FAKE + ["--eval-result", "1.5"])
 
@@ -278,7 +278,7 @@ def test_an_events_file_that_cannot_be_written_is_said_once_and_the_runner_goes_
 
 
 def _runner(tmp_path, *flags):
-    from sacbot.runner import Runner, parser
+    from sacbot.app.runner import Runner, parser
 
     return Runner(parser().parse_args(["--root", str(tmp_path), "--quiet", *flags]))
 
@@ -318,7 +318,7 @@ def test_the_restart_window_must_be_a_positive_number_of_seconds(tmp_path):
 # The runner with a fault of its own (not an I/O error) once bot0 has finished a round.
 FAULTY_RUNNER = [sys.executable, "-c",
                  "import os, sys\n"
-                 "import sacbot.runner as r\n"
+                 "import sacbot.app.runner as r\n"
                  "def fault(path):\n"
                  "    bot = os.path.dirname(os.path.dirname(path))\n"
                  "    if os.path.exists(os.path.join(bot, 'weights', 'round_counter.txt')):\n"

@@ -14,13 +14,14 @@ import pytest
 from conftest import break_learner
 from helpers import ACT_SPACE, OBS_SPACE, dir_digests, play, small_cfg
 
-from sacbot import policy
-from sacbot.agent import Agent, AgentError
-from sacbot.channels import Channel, SaveSlot
+from sacbot import Agent
+from sacbot.acting import policy
+from sacbot.acting.agent import AgentError
 from sacbot.config import ConfigError
-from sacbot.messages import MessageError, NewEpisode, Shutdown, Transition, decode, encode, make_transition
-from sacbot.snapshot import SnapshotReader, WeightSnapshot
-from sacbot.training import TrainingState, handle_message, train_pass
+from sacbot.learning.training import TrainingState, handle_message, train_pass
+from sacbot.wire.channels import Channel, SaveSlot
+from sacbot.wire.messages import MessageError, NewEpisode, Shutdown, Transition, decode, encode, make_transition
+from sacbot.wire.snapshot import SnapshotReader, WeightSnapshot
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -42,7 +43,7 @@ def test_every_message_round_trips_through_msgpack():
 def test_a_batch_carries_each_run_of_transitions_as_one_block_of_columns():
     """What a process or Ray learner receives: runs between control messages become Transitions
     blocks whose rows are the transitions sent, exactly (rewards as the float64 they were)."""
-    from sacbot.messages import Transitions, decode_batch, encode_batch
+    from sacbot.wire.messages import Transitions, decode_batch, encode_batch
 
     run1 = [tr(i, trunc=i == 2) for i in range(3)]
     run2 = [make_transition([i, 1, 2], [-0.25], 0.1 + i, [3, i, 1], i == 1, False, obs_dim=3, act_dim=1)
@@ -60,7 +61,7 @@ def test_a_batch_carries_each_run_of_transitions_as_one_block_of_columns():
 
 
 def test_a_block_counts_as_its_length_in_a_channel_and_goes_in_whole():
-    from sacbot.messages import Transitions
+    from sacbot.wire.messages import Transitions
 
     ch = Channel(capacity=5)
     assert ch.send((0, Transitions.of([tr(i) for i in range(3)])))
@@ -199,7 +200,7 @@ def test_utd_steps_with_fractional_carry(tmp_path):
 
 
 def test_a_long_pass_publishes_every_64_steps_and_leaves_the_last_to_the_caller(tmp_path, monkeypatch):
-    import sacbot.training as training
+    import sacbot.learning.training as training
 
     monkeypatch.setattr(training, "PUBLISH_EVERY_STEPS", 4)
     st = TrainingState.fresh(small_cfg(tmp_path, learning_starts=0), 3, 1)
@@ -238,7 +239,7 @@ def test_memoryless_control_trains_on_single_steps_and_acts_without_state(tmp_pa
     train_pass(st)
     (shape, prev_sum), = calls
     assert (tuple(shape[:2]), float(prev_sum) == 0.0) == (((1, 16), True) if memoryless else ((5, 2), False))
-    from sacbot import checkpoint as ck
+    from sacbot.store import checkpoint as ck
     cfg = small_cfg(tmp_path, memoryless=memoryless, eval_mode=True)
     ck.write_checkpoint(cfg.weights_path, st.payload(False), config=cfg.to_dict(), spaces={"obs_dim": 3, "act_dim": 1})
     agent = Agent(cfg, OBS_SPACE, ACT_SPACE)
@@ -295,7 +296,7 @@ def test_agent_trains_and_final_save_is_written(tmp_path, learner_kind):
     st = agent.status()
     assert st["learner_steps"] == 40 - cfg.learning_starts + 1
     assert st["env_steps_received"] == 40 and st["drops"]["transition"] == 0
-    from sacbot.checkpoint import read_checkpoint
+    from sacbot.store.checkpoint import read_checkpoint
     ck = read_checkpoint(os.path.join(cfg.weights_path, "sac_latest.zip"))
     assert ck["meta"]["env_steps"] == 40 and ck["meta"]["grad_steps"] == st["learner_steps"]
     assert int(open(os.path.join(cfg.weights_path, "round_counter.txt")).read()) == 4
@@ -311,7 +312,7 @@ def test_the_writer_reports_the_replay_chunks_it_holds_and_saves_stay_complete(t
     assert agent.learner.loop.held == {0: int(replay.chunk_gen[0])}
     receipts = [json.loads(line) for line in open(os.path.join(cfg.weights_path, "saves.jsonl"))]
     assert len(receipts) >= 2 and not any("error" in r for r in receipts)
-    from sacbot.checkpoint import read_checkpoint
+    from sacbot.store.checkpoint import read_checkpoint
     ck = read_checkpoint(os.path.join(cfg.weights_path, "sac_latest.zip"))
     assert np.array_equal(ck["arrays"]["replay.obs"], replay.obs[:40])
 
@@ -355,7 +356,7 @@ def test_resuming_a_bot_with_other_settings_is_a_config_error_that_changes_no_fi
 
 @pytest.mark.parametrize("field,flag", [("run_dir", "--run-dir"), ("weights_path", "--weights-path")])
 def test_a_file_where_a_directory_should_be_is_a_clear_error(tmp_path, field, flag):
-    from sacbot.agent import AgentError
+    from sacbot.acting.agent import AgentError
     (tmp_path / "taken").write_text("keep me")
     cfg = dataclasses.replace(small_cfg(tmp_path), **{field: str(tmp_path / "taken")})
     with pytest.raises(AgentError, match=f"{flag} .*taken' cannot be used as a directory: a file is in the way"):
@@ -364,7 +365,7 @@ def test_a_file_where_a_directory_should_be_is_a_clear_error(tmp_path, field, fl
 
 
 def test_game_loop_mistakes_are_refused_with_what_went_wrong(tmp_path):
-    from sacbot.agent import AgentError
+    from sacbot.acting.agent import AgentError
     agent = Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE, log=lambda m: None)
     agent.new_episode()
     with pytest.raises(AgentError, match="observe\\(\\) needs a preceding act\\(\\)"):
@@ -383,7 +384,7 @@ def test_game_loop_mistakes_are_refused_with_what_went_wrong(tmp_path):
 
 
 def test_episode_outcomes_from_info_give_win_rates(tmp_path):
-    from sacbot.agent import summary
+    from sacbot.acting.latency import summary
     cfg = small_cfg(tmp_path, pace="lockstep")
     with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
         for k, won in enumerate([True, 0, np.int64(1), None, "yes"]):  # 0/1 as games often report it
@@ -397,8 +398,8 @@ def test_episode_outcomes_from_info_give_win_rates(tmp_path):
 
 
 def test_eval_in_a_fresh_clone_plays_the_pretrained_bot_of_its_env(tmp_path, monkeypatch):
-    from sacbot import checkpoint as ck
-    from sacbot.agent import AgentError
+    from sacbot.acting.agent import AgentError
+    from sacbot.store import checkpoint as ck
     cfg = small_cfg(tmp_path, env="some/Env-v0")
     st = TrainingState.fresh(cfg, 3, 1)
     ck.write_checkpoint(str(tmp_path / "shipped"), st.payload(False), config=cfg.to_dict(),
@@ -513,8 +514,7 @@ def test_save_into_an_unwritable_path_is_counted_and_retried(tmp_path, learner_k
 def test_full_disk_is_counted_and_the_next_save_succeeds(tmp_path, monkeypatch):
     import errno
 
-    from sacbot import checkpoint as ck
-
+    from sacbot.store import checkpoint as ck
     real, calls = ck.atomic_write, []
 
     def full_disk_once(path, write):
@@ -523,7 +523,9 @@ def test_full_disk_is_counted_and_the_next_save_succeeds(tmp_path, monkeypatch):
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(path, write)
 
-    monkeypatch.setattr(ck, "atomic_write", full_disk_once)  # in this process: the thread learner
+    from sacbot.store import write as ck_write
+
+    monkeypatch.setattr(ck_write, "atomic_write", full_disk_once)  # in this process: the thread learner
     cfg = small_cfg(tmp_path, pace="lockstep", save_interval=3)
     agent = Agent(cfg, OBS_SPACE, ACT_SPACE)
     st = _play_until(agent, lambda st: st.get("saves", 0) >= 1)
@@ -576,8 +578,8 @@ def test_a_new_opponent_clears_only_that_sources_rows_and_opponents_survive_a_re
 def test_the_learner_loop_takes_source_message_pairs_and_plain_messages(tmp_path):
     """A many-bot learner queues (source, message) pairs; a bot's own learner queues bare
     messages (source 0).  Both go to the right source's stream; Shutdown ends the loop."""
-    from sacbot.learner import LearnerSpec
-    from sacbot.training import LearnerLoop
+    from sacbot.learning.training import LearnerLoop
+    from sacbot.wire.boundary import LearnerSpec
 
     cfg = small_cfg(tmp_path, learning_starts=1000)
     items = [(0, NewEpisode("a")), (7, NewEpisode("b"))]
@@ -608,8 +610,8 @@ def test_the_learner_loop_takes_source_message_pairs_and_plain_messages(tmp_path
 def test_status_is_pushed_inside_a_long_pass_with_its_steps(tmp_path, monkeypatch):
     """A pass runs up to MAX_PASS_STEPS; under load (a cluster on two busy cores, 2.9 steps/s) that
     took over a minute in which the learner's status still said 0 steps and no save."""
-    import sacbot.training as training
-    from sacbot.learner import LearnerSpec
+    import sacbot.learning.training as training
+    from sacbot.wire.boundary import LearnerSpec
 
     monkeypatch.setattr(training, "PUBLISH_EVERY_STEPS", 4)
     cfg = small_cfg(tmp_path, learning_starts=0, hidden=4)
@@ -638,7 +640,7 @@ def test_status_is_pushed_inside_a_long_pass_with_its_steps(tmp_path, monkeypatc
 def test_a_long_backlog_is_trained_in_capped_passes_and_nothing_owed_is_lost(tmp_path):
     """A learner behind its bots used to run one pass of every owed step, publishing nothing
     until it ended; passes are capped and the rest stays owed."""
-    from sacbot.training import MAX_PASS_STEPS
+    from sacbot.learning.training import MAX_PASS_STEPS
 
     st = TrainingState.fresh(small_cfg(tmp_path, learning_starts=0, utd_ratio=2, hidden=4), 3, 1)
     n = MAX_PASS_STEPS // 2 + 10  # owes 2n > MAX_PASS_STEPS steps
@@ -656,8 +658,8 @@ def test_a_learner_far_behind_never_makes_new_episode_wait_and_no_episode_is_cha
     """With even the reserved control places full, new_episode() used to wait 5 s on the acting
     thread; now the episode is not sent at all (counted), so its transitions cannot be chained to
     the previous episode."""
-    from sacbot.learner import LearnerLink
-    from sacbot.sac import SACLSTMLearner
+    from sacbot.learning.sac import SACLSTMLearner
+    from sacbot.wire.boundary import LearnerLink
 
     class Stalled(LearnerLink):  # a learner that never drains its queue
         def wait_ready(self, timeout):
@@ -688,9 +690,9 @@ def test_the_shared_learner_takes_a_restarted_bot_and_refuses_what_would_stop_or
     """LearnerServer (the Ray learner's body, used here without Ray): a restarted bot numbers its
     batches from 1 again under a new client id and is taken; a Shutdown, other spaces or
     non-finite values from one bot are refused for the whole batch, and the learner goes on."""
-    from sacbot.learner import LearnerSpec
-    from sacbot.messages import encode_batch
-    from sacbot.ray_cluster import LearnerServer
+    from sacbot.app.ray_cluster import LearnerServer
+    from sacbot.wire.boundary import LearnerSpec
+    from sacbot.wire.messages import encode_batch
 
     cfg = small_cfg(tmp_path)
     spec = LearnerSpec(config=cfg.to_dict(), obs_dim=3, act_dim=1, spaces={},
@@ -719,9 +721,9 @@ def test_the_shared_learner_takes_a_restarted_bot_and_refuses_what_would_stop_or
 def test_a_ray_bot_sends_what_it_queued_before_closing(monkeypatch):
     """A bot's sender closes with one last call for what waits in its outbox: here the close comes
     while a send call is in progress and more transitions wait, which were left behind before."""
-    from sacbot import ray_cluster
-    from sacbot.channels import transitions_in
-    from sacbot.messages import decode_batch
+    from sacbot.app import ray_cluster
+    from sacbot.wire.channels import transitions_in
+    from sacbot.wire.messages import decode_batch
 
     gate, in_call = threading.Event(), threading.Event()
     got: list[int] = []
@@ -764,8 +766,8 @@ def test_a_ray_bot_sends_what_it_queued_before_closing(monkeypatch):
 def test_reward_input_appends_the_previous_reward_to_what_the_learner_sees(tmp_path):
     """With reward_input the networks' observation is (obs, previous reward): 0 at an episode's
     start, and a transition's next_obs carries its own reward, which is the next act's input."""
-    from sacbot.learner import LearnerLink
-    from sacbot.sac import SACLSTMLearner
+    from sacbot.learning.sac import SACLSTMLearner
+    from sacbot.wire.boundary import LearnerLink
 
     class Recording(LearnerLink):
         def wait_ready(self, timeout):

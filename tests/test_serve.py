@@ -26,12 +26,12 @@ import pytest
 from conftest import break_learner
 from helpers import StderrWatcher, dir_digests, wait_until
 
-from sacbot import checkpoint as ck
 from sacbot.config import Config
 from sacbot.serve import PROTOCOL_VERSION
 from sacbot.serve.client import SacbotClient, ServerError
 from sacbot.serve.protocol import FrameReader, decode_body, encode_frame
 from sacbot.serve.server import ServeOptions, Server
+from sacbot.store import checkpoint as ck
 
 SACBOT = [sys.executable, "-m", "sacbot"]
 # Tiny learner settings (tests/test_ownership.py's SMALL): a gradient step takes milliseconds.
@@ -536,7 +536,7 @@ def test_refused_settings_exit_2_before_anything_is_written(tmp_path, args, need
 
 
 def test_the_acting_side_of_serve_imports_no_torch():
-    code = ("import sys, sacbot.serve.server, sacbot.serve.client, sacbot.serve.command, sacbot.cli; "
-            "sacbot.cli._parser(); assert 'torch' not in sys.modules, 'torch was imported'")
+    code = ("import sys, sacbot.serve.server, sacbot.serve.client, sacbot.serve.command, sacbot.app.cli; "
+            "sacbot.app.cli._parser(); assert 'torch' not in sys.modules, 'torch was imported'")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr

@@ -35,9 +35,10 @@ from helpers import (
     wait_until,
 )
 
-from sacbot.agent import Agent, AgentError
+from sacbot import Agent
+from sacbot.acting.agent import AgentError
 from sacbot.config import ConfigError
-from sacbot.lock import WriterLock
+from sacbot.store.lock import WriterLock
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,12 +78,13 @@ def _zips(wdir) -> dict[str, str]:
 
 
 def _unchecked_meta(monkeypatch) -> None:
-    """Switch off the checkpoint's own check of the training meta (sacbot.checkpoint refuses a bad
+    """Switch off the checkpoint's own check of the training meta (sacbot.store.checkpoint refuses a bad
     acting noise state at write and at read): the value then reaches the Agent, after its learner
     has started, as any value the acting side refuses would."""
-    import sacbot.checkpoint
+    from sacbot.store import state, write
 
-    monkeypatch.setattr(sacbot.checkpoint, "training_state_problem", lambda *a, **k: None, raising=False)
+    for where in (state, write):  # the check's users: the writer and the reader
+        monkeypatch.setattr(where, "training_state_problem", lambda *a, **k: None)
 
 
 def _bot_with_foreign_rng_state(cfg) -> None:
@@ -130,12 +132,12 @@ def test_a_checkpoint_the_acting_side_refuses_leaves_no_thread_child_or_lock(tmp
 def test_any_exception_after_the_learner_started_leaves_nothing(tmp_path, monkeypatch, learner_kind, exc):
     """Not only a refused checkpoint: anything raised once the learner runs (here by the round
     counter, the last thing the Agent builds), a Ctrl-C included."""
-    import sacbot.agent
+    import sacbot.acting.agent
 
     def fail(path):
         raise exc
 
-    monkeypatch.setattr(sacbot.agent, "RoundCounter", fail)
+    monkeypatch.setattr(sacbot.acting.agent, "RoundCounter", fail)
     cfg = small_cfg(tmp_path, learner=learner_kind)
     threads, children = _sacbot_threads(), _children()
     with pytest.raises(type(exc)):
@@ -148,9 +150,9 @@ def test_any_exception_after_the_learner_started_leaves_nothing(tmp_path, monkey
 
 UNCHECKED_META = """
 import sys
-import sacbot.checkpoint
+from sacbot.store import state, write
 
-sacbot.checkpoint.training_state_problem = lambda *a, **k: None  # see _unchecked_meta
+state.training_state_problem = write.training_state_problem = lambda *a, **k: None  # see _unchecked_meta
 """
 
 
@@ -178,7 +180,7 @@ def test_a_failed_start_of_sacbot_run_exits_with_a_message_writes_nothing_and_fr
 # --- every wait can be interrupted -----------------------------------------------------------------
 SLOW_LEARNER = """
 import sys, time
-from sacbot.sac import SACLSTMLearner
+from sacbot.learning.sac import SACLSTMLearner
 
 _update = SACLSTMLearner.update
 
@@ -194,7 +196,7 @@ SACLSTMLearner.update = slow_update
 
 SLOW_BUILD = """
 import sys
-from sacbot.training import LearnerLoop
+from sacbot.learning.training import LearnerLoop
 
 _build = LearnerLoop._build
 
@@ -210,9 +212,9 @@ LearnerLoop._build = slow_build
 
 HUNG_FINAL_WRITE = """
 import sys, threading
-import sacbot.io_thread
+import sacbot.learning.io_thread
 
-_write = sacbot.io_thread.write_checkpoint
+_write = sacbot.learning.io_thread.write_checkpoint
 
 
 def hung_write(directory, payload, *args, **kwargs):
@@ -222,12 +224,12 @@ def hung_write(directory, payload, *args, **kwargs):
     return _write(directory, payload, *args, **kwargs)
 
 
-sacbot.io_thread.write_checkpoint = hung_write
+sacbot.learning.io_thread.write_checkpoint = hung_write
 """
 
 MAIN = """
 if __name__ == "__main__":
-    from sacbot.cli import main
+    from sacbot.app.cli import main
 
     sys.exit(main(sys.argv[1:]))
 """
@@ -278,7 +280,7 @@ def test_sigterm_during_a_lockstep_wait_on_a_slow_learner_closes_within_a_second
     err = watch.rest(5)
     assert p.returncode == 0, err[-3000:]
     assert took < 2.5, f"closing took {took:.1f} s"  # 0.5 s (thread) and 1.3 s (process) on 2 idle cores
-    from sacbot.checkpoint import read_checkpoint
+    from sacbot.store.checkpoint import read_checkpoint
 
     meta = read_checkpoint(str(tmp_path / "w" / "sac_latest.zip"))["meta"]
     assert meta["env_steps"] >= 4  # the final save of the work up to the signal
@@ -353,7 +355,7 @@ def test_sigint_while_the_learner_is_starting_exits_130_at_once_and_leaves_nothi
 def test_a_stop_request_ends_a_lockstep_observe_that_waits_for_the_learner(tmp_path, monkeypatch):
     """The Python API: an Agent given the game's stop event returns from observe() when it is set,
     while the learner is still in its pass; close() then cuts the pass short and saves."""
-    from sacbot.sac import SACLSTMLearner
+    from sacbot.learning.sac import SACLSTMLearner
 
     in_pass = threading.Event()
     original = SACLSTMLearner.update

@@ -34,7 +34,7 @@ def jsonl(path) -> list[dict]:
 @needs_tb
 @pytest.mark.timeout(60)
 def test_the_sink_writes_what_is_appended_after_it_starts_and_reads_back(tmp_path):
-    from sacbot.tensorboard import TensorBoardSink
+    from sacbot.app.tensorboard import TensorBoardSink
 
     run = tmp_path / "run"
     run.mkdir()
@@ -78,7 +78,7 @@ def test_the_sink_writes_what_is_appended_after_it_starts_and_reads_back(tmp_pat
 
 @needs_tb
 def test_win_rates_come_per_window_and_per_opponent():
-    from sacbot.tensorboard import Scalars
+    from sacbot.app.tensorboard import Scalars
 
     sc = Scalars()
     rows = []
@@ -117,7 +117,7 @@ def test_a_cli_run_with_tensorboard_writes_its_metrics_and_episodes_as_scalars(t
 @pytest.mark.timeout(60)
 def test_without_the_extra_tensorboard_is_a_config_error_naming_it(tmp_path):
     # sys.modules[name] = None makes any import of it fail, as if it were not installed.
-    code = ("import sys; sys.modules['tensorboard'] = None; from sacbot.cli import main; "
+    code = ("import sys; sys.modules['tensorboard'] = None; from sacbot.app.cli import main; "
             "sys.exit(main(sys.argv[1:]))")
     p = subprocess.run([sys.executable, "-c", code, "run", "--run-dir", str(tmp_path / "run"), "--weights-path",
                         str(tmp_path / "w"), "--quiet", "--tensorboard", str(tmp_path / "tb")],
@@ -129,7 +129,7 @@ def test_without_the_extra_tensorboard_is_a_config_error_naming_it(tmp_path):
 
 @needs_tb
 def test_a_file_where_the_tensorboard_dir_should_be_is_a_config_error(tmp_path):
-    from sacbot.tensorboard import TensorBoardSink
+    from sacbot.app.tensorboard import TensorBoardSink
 
     (tmp_path / "tb").write_text("mine")
     with pytest.raises(ConfigError, match="a file is in the way"):
@@ -140,7 +140,7 @@ def test_a_file_where_the_tensorboard_dir_should_be_is_a_config_error(tmp_path):
 
 @needs_tb
 def test_a_line_still_being_written_waits_for_its_end_and_a_truncated_file_is_read_again(tmp_path):
-    from sacbot.tensorboard import JsonlTail
+    from sacbot.app.tensorboard import JsonlTail
 
     path = tmp_path / "m.jsonl"
     path.write_text('{"a": 1}\n')

@@ -45,7 +45,7 @@ def main() -> None:
 
 def bench(a: argparse.Namespace) -> None:
 
-    from sacbot.agent import Agent
+    from sacbot import Agent
     from sacbot.config import Config
 
     tmp = tempfile.mkdtemp(prefix="sacbot-bench-")
@@ -86,7 +86,7 @@ def bench(a: argparse.Namespace) -> None:
         lags.append(agent.learner.snapshot.version - agent.policy_version)
     # Lock hold of publish and pull, with the learner's real export (quantized layout),
     # while the training thread keeps running.
-    from sacbot.snapshot import SnapshotReader, WeightSnapshot
+    from sacbot.wire.snapshot import SnapshotReader, WeightSnapshot
 
     export = agent.learner.loop.state.learner.export_actor()
     snap, publish_holds, pull_holds = WeightSnapshot(), [], []

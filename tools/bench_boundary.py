@@ -15,7 +15,7 @@ even repeats, process first in odd ones), medians over repeats and ratios of the
 * ``startup``: eval start-up (process start to the first action) and peak RSS (``VmHWM`` of the
   child, read by the parent while the child waits), today's torch-free acting side against
   ``--old`` (a worktree of the code before the boundary, run through ``PYTHONPATH``); also
-  ``import sacbot.agent`` alone (time, VmHWM, whether torch is in ``sys.modules``) and
+  ``import sacbot.acting.agent`` alone (time, VmHWM, whether torch is in ``sys.modules``) and
   ``python -m sacbot eval --episodes 1`` end to end.
 * ``transport``: a transition's encode, send and decode through a ``multiprocessing`` pipe
   (batch of 1 and of 64, per transition), against the thread learner's in-process queue; a
@@ -76,8 +76,8 @@ def _bench_config(tmp: str, **kw):
 
 def arm_act(learner: str, env: str, ticks: int, warmup: int, utd: float, hidden: int, learning_starts: int,
             seed: int, limit_s: float, nice: int | None = None) -> dict:
-    from sacbot.agent import Agent
-    from sacbot.driver import make_env, with_env_critic_obs
+    from sacbot import Agent
+    from sacbot.acting.games import make_env, with_env_critic_obs
 
     tmp = tempfile.mkdtemp(prefix="sacbot-bench-act-")
     e = make_env(env)
@@ -154,8 +154,8 @@ def arm_act(learner: str, env: str, ticks: int, warmup: int, utd: float, hidden:
 def _transitions(env: str, n: int, seed: int) -> list:
     """``n`` env transitions under uniform random actions (as the Agent sends them: actions in
     [-1, 1]), with a NewEpisode at each start: the same stream for both learners."""
-    from sacbot.driver import make_env
-    from sacbot.messages import NewEpisode, Transition
+    from sacbot.acting.games import make_env
+    from sacbot.wire.messages import NewEpisode, Transition
 
     e = make_env(env)
     rng = np.random.default_rng(seed)
@@ -176,9 +176,9 @@ def _transitions(env: str, n: int, seed: int) -> list:
 
 def arm_steps(learner: str, env: str, chunk: int, chunks: int, warm_chunks: int, prefill: int, utd: float,
               hidden: int, calib: int, seed: int, nice: int | None = None) -> dict:
-    from sacbot.agent import Agent
-    from sacbot.driver import make_env, with_env_critic_obs
-    from sacbot.messages import Transition
+    from sacbot import Agent
+    from sacbot.acting.games import make_env, with_env_critic_obs
+    from sacbot.wire.messages import Transition
 
     n_total = prefill + chunk * (warm_chunks + chunks)
     stream = _transitions(env, n_total, seed)
@@ -233,7 +233,7 @@ def _child_echo(conn_in, conn_out) -> None:
     """Transport child: receive a batch, decode it, answer with (received_ns, decoded_ns)."""
     import struct
 
-    from sacbot.messages import decode_batch
+    from sacbot.wire.messages import decode_batch
 
     perf = time.perf_counter_ns
     while True:
@@ -251,7 +251,7 @@ def _child_snapshots(arrays: dict, n: int, conn_out, conn_ack) -> None:
     """Transport child in the learner's role: pack and send ``n`` snapshots, one at a time."""
     import struct
 
-    from sacbot.messages import pack
+    from sacbot.wire.messages import pack
 
     perf = time.perf_counter_ns
     for v in range(1, n + 1):
@@ -267,19 +267,19 @@ def arm_transport(iters: int, snapshots: int, env: str) -> dict:
     import struct
     import threading
 
-    from sacbot import checkpoint as ck
-    from sacbot import policy
-    from sacbot.channels import Channel
-    from sacbot.messages import unpack
-    from sacbot.pretrained import shipped_dir
-    from sacbot.snapshot import SnapshotReader, WeightSnapshot
+    from sacbot.acting import policy
+    from sacbot.store import checkpoint as ck
+    from sacbot.store.pretrained import shipped_dir
+    from sacbot.wire.channels import Channel
+    from sacbot.wire.messages import unpack
+    from sacbot.wire.snapshot import SnapshotReader, WeightSnapshot
 
     stream = [m for m in _transitions(env, 64 * 4, 0) if type(m).__name__ == "Transition"]
     perf = time.perf_counter_ns
     ctx = multiprocessing.get_context("spawn")
     out: dict = {}
     # -- transitions through the pipe, as the process learner sends them -------------------------
-    from sacbot.messages import encode_batch
+    from sacbot.wire.messages import encode_batch
 
     to_r, to_w = ctx.Pipe(duplex=False)
     back_r, back_w = ctx.Pipe(duplex=False)
@@ -394,9 +394,9 @@ def run_arm(name: str, kwargs: dict, timeout: float) -> dict:
 # --- eval start-up: plain subprocesses, one at a time ---------------------------------------------
 FIRST_ACTION = r"""
 import os, sys, time
-from sacbot.agent import Agent
+from sacbot import Agent
 from sacbot.config import Config
-from sacbot.driver import make_env
+from sacbot.acting.games import make_env
 env = make_env("sacbot/TankDuel-v0")
 agent = Agent(Config(eval_mode=True, quiet=True, run_dir=os.path.join(os.getcwd(), "run")),
               env.observation_space, env.action_space, log=lambda m: None)
@@ -408,7 +408,7 @@ sys.stdin.readline()
 """
 IMPORT_AGENT = r"""
 import sys
-import sacbot.agent
+import sacbot.acting.agent
 print("FIRST_ACTION", "torch" in sys.modules, __import__("sacbot").__file__, "-", flush=True)
 sys.stdin.readline()
 """

@@ -163,7 +163,7 @@ def main() -> None:
         p.error("expected --seconds and --tick-hz finite and > 0, --rounds >= 1 and --profile >= 0")
     sys.path.insert(0, os.path.dirname(HERE))
     from sacbot.config import ConfigError
-    from sacbot.sac import resolve_device
+    from sacbot.learning.sac import resolve_device
 
     devices = []
     for name in dict.fromkeys(d.strip() for d in a.devices.split(",") if d.strip()):  # in order, once each

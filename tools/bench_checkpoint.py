@@ -26,7 +26,7 @@ import torch
 
 def make_state(hidden: int, replay_n: int, obs_dim: int = 35, act_dim: int = 4):
     from sacbot.config import Config
-    from sacbot.training import TrainingState
+    from sacbot.learning.training import TrainingState
 
     cfg = Config(hidden=hidden, buffer_size=max(replay_n, 1000), calib_updates=1)
     st = TrainingState.fresh(cfg, obs_dim, act_dim)
@@ -41,8 +41,7 @@ def make_state(hidden: int, replay_n: int, obs_dim: int = 35, act_dim: int = 4):
 
 
 def save_costs(hidden: int, replay: bool, repeats: int) -> dict:
-    from sacbot import checkpoint as ck
-
+    from sacbot.store import checkpoint as ck
     st = make_state(hidden, 100_000 if replay else 0)
     d = tempfile.mkdtemp(prefix="sacbot-ckbench-")
     out: dict = {"hidden": hidden, "replay": replay}
@@ -71,8 +70,8 @@ def save_costs(hidden: int, replay: bool, repeats: int) -> dict:
 
 
 def step_times(hidden: int, every: int, blocks: int, block_steps: int, replay: bool) -> dict:
-    from sacbot.channels import SaveSlot
-    from sacbot.training import IOThread
+    from sacbot.learning.training import IOThread
+    from sacbot.wire.channels import SaveSlot
 
     st = make_state(hidden, 100_000)
     d = tempfile.mkdtemp(prefix="sacbot-ckbench-")

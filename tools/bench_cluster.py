@@ -10,7 +10,7 @@
   once a second) over ``--seconds`` after ``--warmup`` seconds of play.
 * ``scaling``: ``sacbot cluster --bots N`` for N in ``--bots``; total env steps/s over the same
   window, against N x the one-bot cluster of the same round.
-* ``ingest``: the Ray learner actor (``sacbot.ray_cluster.learner_actor``) fed msgpack batches
+* ``ingest``: the Ray learner actor (``sacbot.app.ray_cluster.learner_actor``) fed msgpack batches
   (``messages.encode_batch``, TankDuel's sizes: obs 35, act 4) from this process as fast as it
   takes them (``--in-flight`` calls outstanding).  For each ``--ingest-utd``: transitions/s
   decoded (``transitions_received`` + ``dropped_at_learner``), accepted into the inbox
@@ -53,7 +53,7 @@ import tempfile
 import threading
 import time
 
-from sacbot.liveness import read_status
+from sacbot.store.liveness import read_status
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -264,7 +264,7 @@ def make_batches(n: int):
     """Pre-encoded batches of ``n`` transitions: an episode start, middles, an end (truncated)."""
     import numpy as np
 
-    from sacbot.messages import NewEpisode, Transition, encode_batch
+    from sacbot.wire.messages import NewEpisode, Transition, encode_batch
 
     rng = np.random.default_rng(0)
 
@@ -328,7 +328,7 @@ def probe_actor(ray, spec, queue_size: int):
     """``learner_actor``'s actor with one read-only method more: the live gradient step and replay
     counts (status moves only at the end of a pass, and at UTD 1 a pass lasts the whole window)
     and the native thread id of the training thread, for its CPU time."""
-    from sacbot.ray_cluster import LearnerServer, learner_actor
+    from sacbot.app.ray_cluster import LearnerServer, learner_actor
 
     class ProbedLearner(LearnerServer):
         def live(self) -> dict:
@@ -350,7 +350,7 @@ def wait_status(ray, learner, pred, timeout: float) -> dict:
 
 def ingest_one(ray, a, utd: float, tmp: str) -> dict:
     from sacbot.config import Config
-    from sacbot.learner import LearnerSpec
+    from sacbot.wire.boundary import LearnerSpec
 
     cfg = Config(env="sacbot/TankDuel-v0", utd_ratio=utd, learning_starts=a.ingest_learning_starts,
                  save_interval=10**9, save_replay=False, hidden=64, batch_size=16, seq_len=32)
@@ -441,9 +441,9 @@ def profile_ingest(a) -> dict:
     in this process, without Ray: decode, Channel.send, replay add (handle_message's work)."""
     import numpy as np
 
-    from sacbot.channels import Channel
-    from sacbot.messages import Transition, Transitions, decode_batch, encode_batch
-    from sacbot.replay import SequenceReplay
+    from sacbot.learning.replay import SequenceReplay
+    from sacbot.wire.channels import Channel
+    from sacbot.wire.messages import Transition, Transitions, decode_batch, encode_batch
 
     b = a.ingest_batch
     data = make_batches(b)[1]
@@ -506,7 +506,7 @@ def ray_call_cost(ray, a) -> dict:
 def part_ingest(a, tmp: str) -> dict:
     import ray
 
-    from sacbot.ray_cluster import NAMESPACE
+    from sacbot.app.ray_cluster import NAMESPACE
 
     before = ray_pids()
     out: dict = {"profile": profile_ingest(a), "runs": []}

@@ -37,7 +37,7 @@ def _run_delay_ns(fd: int) -> int:
 
 def probe(nice: int, seconds: float, hidden: int) -> dict:
     """One arm: a fresh Agent whose thread learner runs at ``nice``; the probe on this thread."""
-    from sacbot.agent import Agent
+    from sacbot import Agent
     from sacbot.config import Config
 
     tmp = tempfile.mkdtemp(prefix="sacbot-gil-")

@@ -27,8 +27,8 @@ def learner_and_batches(a, quant: str, n_batches: int):
     import torch
 
     from sacbot.config import Config
-    from sacbot.replay import SequenceReplay
-    from sacbot.sac import SACLSTMLearner
+    from sacbot.learning.replay import SequenceReplay
+    from sacbot.learning.sac import SACLSTMLearner
 
     torch.set_num_threads(a.threads)
     cfg = Config(hidden=a.hidden, batch_size=a.batch, seq_len=a.seq_len, quant=quant, calib_updates=1,
@@ -170,7 +170,7 @@ def main() -> None:
     res: dict[str, list[float]] = {"naive": [], "on": [], "off": []}
     if a.against:
         if not os.path.isfile(os.path.join(a.against, "sacbot", "sac.py")):
-            sys.exit(f"bench_learner: --against {a.against}: no sacbot/sac.py there")
+            sys.exit(f"bench_learner: --against {a.against}: no sacbot/learning/sac.py there")
         res["against_on"] = []
     for r in range(a.rounds):
         res["naive"].append(run([sys.executable, a.naive] + sizes)["grad_steps_per_s"])

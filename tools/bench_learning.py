@@ -44,7 +44,7 @@ EVAL_SEED0 = 10_000  # eval episodes: seeds EVAL_SEED0 + 100 * seed + k, apart f
 # --- evaluation of an exported actor --------------------------------------------------------
 def with_reward_input(env):
     """``env`` whose observation ends with the previous reward (0 after a reset): the input an
-    Agent with ``reward_input`` gives its actor (sacbot/agent.py, ``_with_reward``)."""
+    Agent with ``reward_input`` gives its actor (sacbot/acting/agent.py, ``_with_reward``)."""
     import gymnasium as gym
 
     class PrevRewardObs(gym.Wrapper):
@@ -65,8 +65,7 @@ def with_reward_input(env):
 
 
 def checkpoint_config(path: str) -> dict:
-    from sacbot import checkpoint as ck
-
+    from sacbot.store import checkpoint as ck
     return ck.read_checkpoint(path, entries=("actor",))["manifest"]["config"]
 
 
@@ -77,8 +76,7 @@ def evaluate_actor(arrays, env_id: str, episodes: int, seed: int, memoryless: bo
     import gymnasium as gym
 
     import sacbot.envs  # noqa: F401 - registers the sacbot/* ids
-    from sacbot import policy
-
+    from sacbot.acting import policy
     params = policy.build_params(arrays)
     env = gym.make(env_id)
     if reward_input:
@@ -101,12 +99,11 @@ def evaluate_actor(arrays, env_id: str, episodes: int, seed: int, memoryless: bo
 
 def int8_actor(path: str) -> dict[str, np.ndarray]:
     """The checkpoint's deployable actor, as acting runs it."""
-    from sacbot import checkpoint as ck
-
+    from sacbot.store import checkpoint as ck
     return ck.load_actor(path)
 
 
-# The QAT actor's float parameters under the export's names (sacbot/sac.py, _weights/_biases).
+# The QAT actor's float parameters under the export's names (sacbot/learning/sac.py, _weights/_biases).
 _FP32_NAMES = {"fc1.w": "fc1.weight", "fc1.b": "fc1.bias", "fc2.w": "fc2.weight", "fc2.b": "fc2.bias",
                "head.w": "head.weight", "head.b": "head.bias", "lstm.w_ih": "lstm.weight_ih",
                "lstm.w_hh": "lstm.weight_hh", "lstm.b_ih": "lstm.bias_ih", "lstm.b_hh": "lstm.bias_hh"}
@@ -119,8 +116,7 @@ def fp32_actor(path: str, clip: bool = True) -> dict[str, np.ndarray]:
     quantizer learned, as a float: the range stays, the grid gets 2**12 times finer.  The QAT
     actor learns to rely on that clip (on Pendulum-P, 28% of fc2's inputs lay outside it), so
     without it the float net is another function.  Without ``clip``: the bare float weights."""
-    from sacbot import checkpoint as ck
-
+    from sacbot.store import checkpoint as ck
     arrays = ck.read_checkpoint(path, entries=("model", "actor"))["arrays"]
     out = {k: np.asarray(arrays["actor." + v], np.float32) for k, v in _FP32_NAMES.items()}
     out["meta.sizes"] = arrays["export.meta.sizes"]
@@ -131,7 +127,7 @@ def fp32_actor(path: str, clip: bool = True) -> dict[str, np.ndarray]:
             if f"export.{layer}.x_scale" in arrays:
                 out[f"{layer}.x_scale"] = np.float32(arrays[f"export.{layer}.x_scale"] / fine)
                 out[f"{layer}.x_range"] = arrays[f"export.{layer}.x_range"] * fine
-        for k in _FP32_NAMES:  # float weights: unit scales (sacbot.policy multiplies by them)
+        for k in _FP32_NAMES:  # float weights: unit scales (sacbot.acting.policy multiplies by them)
             if f"export.{k}_scale" in arrays:
                 out[f"{k}_scale"] = np.ones_like(arrays[f"export.{k}_scale"])
     return out
@@ -153,8 +149,7 @@ def sacbot_run(a, env_id: str, seed: int, memoryless: bool) -> str:
 
 
 def sacbot_curve(a, env_id: str, seed: int, memoryless: bool) -> dict:
-    from sacbot import checkpoint as ck
-
+    from sacbot.store import checkpoint as ck
     wdir = sacbot_run(a, env_id, seed, memoryless)
     curve = []
     steps = ck.step_files(wdir)

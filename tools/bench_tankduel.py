@@ -50,10 +50,10 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import sacbot.envs  # noqa: E402,F401 - registers TankDuel
-from sacbot import checkpoint as ck  # noqa: E402
-from sacbot import policy  # noqa: E402
-from sacbot.driver import env_layout, saved_layout  # noqa: E402
+from sacbot.acting import policy  # noqa: E402
+from sacbot.acting.games import env_layout, saved_layout  # noqa: E402
 from sacbot.envs.tank_duel import OPPONENTS  # noqa: E402
+from sacbot.store import checkpoint as ck  # noqa: E402
 
 SEED0 = 10_000  # eval episodes use seeds SEED0 + k, apart from training's 0, 1, 2, ...
 # play() reads the duel's info (opponent, won): no other env can be evaluated here.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Crash test for checkpoint writes: SIGKILL a process that saves continuously, many times.
 
-Each child holds the directory's writer lock (``sacbot.lock.WriterLock``) while it saves, as a bot
+Each child holds the directory's writer lock (``sacbot.store.lock.WriterLock``) while it saves, as a bot
 does.  After every kill the parent must get that lock at once (the OS released the dead child's),
 and under it removes stale temp files (as a starting bot does); the newest checkpoint must then
 load, verified, and be at least as new as the last save the child reported as complete.
@@ -27,8 +27,8 @@ import numpy as np
 
 def child(directory: str, mb: float) -> None:
     """Save forever with increasing steps; print each step once its save is complete."""
-    from sacbot.checkpoint import step_files, write_checkpoint
-    from sacbot.lock import WriterLock
+    from sacbot.store.checkpoint import step_files, write_checkpoint
+    from sacbot.store.lock import WriterLock
 
     WriterLock(directory).acquire()  # held until the kill: the OS must release it
     rng = np.random.default_rng(0)
@@ -47,8 +47,8 @@ def child(directory: str, mb: float) -> None:
 
 
 def run(kills: int, mb: float = 2.0, seed: int = 0, log=None) -> dict:
-    from sacbot import checkpoint as ck
-    from sacbot.lock import LockHeld, WriterLock
+    from sacbot.store import checkpoint as ck
+    from sacbot.store.lock import LockHeld, WriterLock
 
     rnd = random.Random(seed)
     directory = tempfile.mkdtemp(prefix="sacbot-crash-")

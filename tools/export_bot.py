@@ -21,8 +21,8 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sacbot import checkpoint as ck  # noqa: E402
-from sacbot.lock import LOCK_NAME, LockHeld, WriterLock  # noqa: E402
+from sacbot.store import checkpoint as ck  # noqa: E402
+from sacbot.store.lock import LOCK_NAME, LockHeld, WriterLock  # noqa: E402
 
 
 def main() -> int:

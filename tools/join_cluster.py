@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     os.environ.setdefault("RAY_AUTH_MODE", "token")
-    from sacbot.cluster import prepare_address
+    from sacbot.app.cluster import prepare_address
 
     unreachable = prepare_address(a.address)  # before Ray is imported
     if unreachable:
@@ -46,10 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     import ray
 
-    from sacbot.agent import Agent
+    from sacbot import Agent
+    from sacbot.acting.games import make_env, with_env_critic_obs
+    from sacbot.app.ray_cluster import LEARNER_NAME, NAMESPACE, RayLearnerClient
     from sacbot.config import Config
-    from sacbot.driver import make_env, with_env_critic_obs
-    from sacbot.ray_cluster import LEARNER_NAME, NAMESPACE, RayLearnerClient
 
     try:
         ray.init(address=a.address, namespace=NAMESPACE, log_to_driver=False)

@@ -32,9 +32,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sacbot import checkpoint as ck  # noqa: E402
-from sacbot import policy  # noqa: E402
+from sacbot.acting import policy  # noqa: E402
 from sacbot.envs.tank_duel import _bearing, _wrap  # noqa: E402
+from sacbot.store import checkpoint as ck  # noqa: E402
 from tools.bench_learning import checkpoint_config  # noqa: E402
 from tools.bench_tankduel import SEED0, TANKDUEL_ENVS, eval_env, json_object, layout_change, repeated_names  # noqa: E402
 
@@ -84,7 +84,7 @@ def critic_gun_slopes(path: str, cfg: dict, episodes: list[tuple[np.ndarray, np.
     Positive: the critic would pay the actor to turn the gun clockwise."""
     import torch
 
-    from sacbot.sac import Critic
+    from sacbot.learning.sac import Critic
     arrays = ck.read_checkpoint(path, entries=("model",))["arrays"]
     obs_dim, act_dim = episodes[0][0].shape[1], episodes[0][1].shape[1]
     critic = Critic(obs_dim, act_dim, int(cfg["hidden"]))

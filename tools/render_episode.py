@@ -45,9 +45,9 @@ def main() -> int:
     from bench_tankduel import TANKDUEL_ENVS, eval_env  # this script's own directory: tools/
 
     import sacbot.envs  # noqa: F401 - registers TankDuel
-    from sacbot import policy
-    from sacbot.checkpoint import CheckpointError, load_actor, read_checkpoint
+    from sacbot.acting import policy
     from sacbot.envs.tank_duel import OPPONENTS
+    from sacbot.store.checkpoint import CheckpointError, load_actor, read_checkpoint
 
     if a.opponent not in OPPONENTS:
         p.error(f"--opponent: unknown opponent {a.opponent!r}; known: {', '.join(sorted(OPPONENTS))}")

@@ -1,4 +1,4 @@
-"""The bots a server holds: one :class:`~sacbot.agent.Agent` per bot name, kept across connections.
+"""The bots a server holds: one :class:`~sacbot.acting.agent.Agent` per bot name, kept across connections.
 
 Each bot lives under ``ROOT/<name>/``: ``weights/`` (its checkpoints, lock and round counter) and
 ``run/`` (its status.json, episodes and training metrics), with a Config derived from the
@@ -23,8 +23,8 @@ import threading
 import time
 import zlib
 
-from ..config import MAX_SEED, Config, ConfigError
-from .protocol import BoxSpec, Hello, ProtocolError
+from sacbot.config import MAX_SEED, Config, ConfigError
+from sacbot.serve.protocol import BoxSpec, Hello, ProtocolError
 
 log = logging.getLogger("sacbot")
 
@@ -43,7 +43,7 @@ class Bot:
     obs: BoxSpec
     action: BoxSpec
     cfg: Config
-    agent: object | None = None  # a sacbot.agent.Agent, once started
+    agent: object | None = None  # a sacbot.acting.agent.Agent, once started
     peer: str | None = None  # who plays it now (None: no connection)
     connections: int = 0
     disconnects: int = 0
@@ -124,11 +124,11 @@ class BotRegistry:
         return bot, how
 
     def _start(self, bot: Bot):
-        from .. import checkpoint as ck
-        from ..agent import Agent, AgentError, AgentInterrupted
-
+        from sacbot.acting.agent import AgentError, AgentInterrupted
+        from sacbot.assembly.bot import Agent
+        from sacbot.store.weights_dir import candidates
         cfg = bot.cfg
-        if cfg.eval_mode and not ck.candidates(cfg.weights_dir, cfg.latest_name):
+        if cfg.eval_mode and not candidates(cfg.weights_dir, cfg.latest_name):
             raise ProtocolError("bot_unavailable", f"bot {bot.name!r} has no checkpoint in {cfg.weights_dir!r} to "
                                                    "evaluate; expected a bot this server (without --eval) has "
                                                    "trained, or another name")

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from . import DEFAULT_PORT, MAX_FRAME, PROTOCOL_VERSION
-from .protocol import FrameReader, PeerClosed, ProtocolError, decode_body, encode_frame
+from sacbot.serve import DEFAULT_PORT, MAX_FRAME, PROTOCOL_VERSION
+from sacbot.serve.protocol import FrameReader, PeerClosed, ProtocolError, decode_body, encode_frame
 
 
 class ServerError(Exception):

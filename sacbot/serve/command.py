@@ -9,8 +9,8 @@ import os
 import sys
 import threading
 
-from ..config import Config, ConfigError, _read_toml, from_args
-from . import DEFAULT_PORT, MAX_FRAME
+from sacbot.config import Config, ConfigError, _read_toml, from_args
+from sacbot.serve import DEFAULT_PORT, MAX_FRAME
 
 TOKEN_ENV = "SACBOT_SERVE_TOKEN"
 MIN_REMOTE_TOKEN_CHARS = 16
@@ -92,7 +92,7 @@ def serve_options(args, env=None):
     _range("--max-bots", args.max_bots, 1, 10_000)
     if not args.root.strip():
         raise ConfigError(f"--root = {args.root!r} is not accepted: expected a directory path")
-    from .server import ServeOptions
+    from sacbot.serve.server import ServeOptions
 
     return ServeOptions(root=args.root, host=args.host, port=port, socket_path=args.socket_path, token=token,
                         max_frame=args.max_frame, idle_timeout=args.idle_timeout, frame_timeout=args.frame_timeout,
@@ -133,9 +133,9 @@ def serve_config(args, env=None) -> Config:
 
 
 def cmd_serve(args) -> int:
-    from ..cli import _Signals
-    from ..rundir import RunDirClaim, RunDirInUse
-    from .server import ServeError, Server
+    from sacbot.console import Signals
+    from sacbot.serve.server import ServeError, Server
+    from sacbot.store.rundir import RunDirClaim, RunDirInUse
 
     opts = serve_options(args)
     cfg = serve_config(args)
@@ -153,7 +153,7 @@ def cmd_serve(args) -> int:
         raise ConfigError(f"--root {opts.root!r} cannot be written: {e.strerror or e}") from None
     try:
         stop = threading.Event()
-        signals = _Signals(stop, "stopping (eval saves nothing)" if cfg.eval_mode else "closing (every bot's final "
+        signals = Signals(stop, "stopping (eval saves nothing)" if cfg.eval_mode else "closing (every bot's final "
                                                                                         "save)")
         signals.install()
         server = Server(cfg, opts, stop)

@@ -15,13 +15,13 @@ import logging
 import socket
 from typing import TYPE_CHECKING
 
-from .. import __version__
-from ..messages import MessageError
-from . import protocol as p
-from .bots import Bot
+from sacbot import __version__
+from sacbot.serve import protocol as p
+from sacbot.serve.bots import Bot
+from sacbot.wire.messages import MessageError
 
 if TYPE_CHECKING:
-    from .server import Server
+    from sacbot.serve.server import Server
 
 log = logging.getLogger("sacbot")
 # Settings a client may want to know (they shape what the bot does); sent in the welcome.

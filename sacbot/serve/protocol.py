@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import msgpack
 import numpy as np
 
-from ..messages import MAX_ABS_OBS, MessageError, check_flag, check_opponent, check_reward, check_vector
-from . import MAX_FRAME, PROTOCOL_VERSION
+from sacbot.serve import MAX_FRAME, PROTOCOL_VERSION
+from sacbot.wire.messages import MAX_ABS_OBS, MessageError, check_flag, check_opponent, check_reward, check_vector
 
 __all__ = ["MAX_FRAME", "PROTOCOL_VERSION", "ProtocolError", "PeerClosed", "FrameReader", "encode_frame",
            "decode_body", "BoxSpec", "Hello", "Step", "check_hello", "check_new_episode", "check_step"]

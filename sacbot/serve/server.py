@@ -27,13 +27,13 @@ import threading
 import time
 from dataclasses import dataclass
 
-from .. import __version__
-from ..config import Config
-from ..liveness import Heartbeat
-from . import DEFAULT_PORT, MAX_FRAME
-from . import protocol as p
-from .bots import BotRegistry
-from .connection import Connection
+from sacbot import __version__
+from sacbot.config import Config
+from sacbot.serve import DEFAULT_PORT, MAX_FRAME
+from sacbot.serve import protocol as p
+from sacbot.serve.bots import BotRegistry
+from sacbot.serve.connection import Connection
+from sacbot.store.liveness import Heartbeat
 
 log = logging.getLogger("sacbot")
 EXIT_SAVE_FAILED = 3  # as sacbot run: a final checkpoint was not written, or not confirmed

@@ -1,0 +1,252 @@
+"""Command line: ``sacbot run | eval | inspect | status`` (also ``python -m sacbot``).
+
+Exit codes: 0 success, 1 failure (learner crashed, invalid checkpoint), 2 bad usage
+or configuration, 3 the final checkpoint could not be written (read-only or full disk),
+128 + N a second signal N (130 for SIGINT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import signal
+import sys
+import threading
+
+from sacbot import __version__
+from sacbot.config import ConfigError, add_arguments, from_args
+from sacbot.console import Signals, setup_logging
+
+EXIT_SAVE_FAILED = 3  # the run ended, but its final checkpoint could not be written
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sacbot", description="Bots that learn while they play.")
+    p.add_argument("--version", action="version", version=f"sacbot {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    for name, help_ in (("run", "play and learn; resumes from the weights path"),
+                        ("eval", "evaluate the newest checkpoint (eval mode: nothing is saved)")):
+        desc = help_ if name == "run" else (help_ + "; with no --episodes, --steps or --episodes-per-opponent "
+                                            "(or all 0) it plays 10 episodes, so an eval always ends")
+        sp = sub.add_parser(name, help=help_, description=desc)
+        sp.add_argument("--config", metavar="TOML", help="TOML config file (env SACBOT_CONFIG)")
+        add_arguments(sp)
+        if name == "eval":
+            sp.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    sp = sub.add_parser("cluster", help="N bots on Ray feeding one learner (needs the ray extra)",
+                        description="N bots on Ray feeding one learner: a local Ray instance of its own, "
+                                    "or a running cluster with --address. Needs: pip install 'sacbot[ray]'.")
+    sp.add_argument("--config", metavar="TOML", help="TOML config file (env SACBOT_CONFIG)")
+    g = sp.add_argument_group("cluster")
+    g.add_argument("--bots", type=int, default=2, help="bot actors to run (default 2)")
+    g.add_argument("--address", default=None, help="join this Ray cluster (e.g. auto, or HOST:PORT) instead of "
+                                                   "starting a local one")
+    g.add_argument("--root", default="runs/cluster", help="directory of the cluster's status and the bots' files")
+    g.add_argument("--learner-cpus", type=float, default=1.0, help="CPUs reserved for the learner actor")
+    g.add_argument("--learner-gpus", type=float, default=0.0, help="GPUs for the learner (with --device cuda)")
+    g.add_argument("--bot-cpus", type=float, default=1.0, help="CPUs reserved for each bot actor")
+    g.add_argument("--freeze-timeout", type=float, default=0.0,
+                   help="restart a bot whose round counter has not moved for this many seconds (0: off)")
+    add_arguments(sp)
+    sp = sub.add_parser("serve", help="games in any language connect over a local socket and get an action "
+                                      "per tick (docs/protocol.md)",
+                        description="Serve bots to games over TCP (127.0.0.1) or a Unix socket: each connection "
+                                    "plays one bot, named in its hello, kept in ROOT/<name>/. The protocol is in "
+                                    "docs/protocol.md.")
+    sp.add_argument("--config", metavar="TOML", help="TOML config file (env SACBOT_CONFIG)")
+    from sacbot.serve.command import add_serve_arguments
+
+    add_serve_arguments(sp)
+    add_arguments(sp)
+    sp = sub.add_parser("inspect", help="verify a checkpoint and summarise its manifest")
+    sp.add_argument("file")
+    sub.add_parser("runner", help="launch N bots and restart frozen ones (sacbot runner --help)", add_help=False)
+    sp = sub.add_parser("status", help="print a run directory's heartbeat")
+    sp.add_argument("run_dir", nargs="?", default="runs/default")
+    return p
+
+
+def cmd_run(args, eval_mode: bool) -> int:
+    if eval_mode and getattr(args, "eval_mode", None) is False:
+        raise ConfigError("--no-eval is not accepted by sacbot eval, which always runs in eval mode; "
+                          "use sacbot run to train")
+    if eval_mode:  # before the Config is built: its checks differ in eval (a best.zip may be read, not trained)
+        args.eval_mode = True
+    cfg = from_args(args)
+    if cfg.eval_mode:
+        if getattr(args, "json", False):
+            cfg = dataclasses.replace(cfg, quiet=True)
+        if not cfg.episodes and not cfg.steps and not cfg.episodes_per_opponent:
+            cfg = dataclasses.replace(cfg, episodes=10)
+    from sacbot.app.envcheck import check_env
+
+    check_env(cfg)  # a bad env kwarg is a config error before anything is written
+    from sacbot.app.tensorboard import start_sink
+
+    sink = start_sink(cfg)  # None without --tensorboard; without the extra a config error (exit 2)
+    # Imported after the checks: torch takes seconds to import, a bad setting should not wait.
+    from sacbot.acting.agent import AgentError, AgentInterrupted
+    from sacbot.acting.latency import summary
+    from sacbot.app.driver import drive
+    from sacbot.wire.messages import MessageError
+
+    stop = threading.Event()
+    signals = Signals(stop, "stopping (eval saves nothing)" if cfg.eval_mode else "closing (final save)")
+    signals.install()
+    try:
+        report = drive(cfg, stop)
+    except AgentInterrupted as e:  # the signal came while the bot was starting
+        print(f"sacbot: {e}", file=sys.stderr)
+        return 128 + (signals.signum or signal.SIGINT)
+    except AgentError as e:
+        print(f"sacbot: {e}", file=sys.stderr)
+        return 1
+    except MessageError as e:  # the env gave a value the bot refuses (NaN) after the start-up check passed
+        print(f"sacbot: the env {cfg.env} gave a value sacbot cannot learn from: {e}; the bot was closed and its "
+              "last checkpoint kept", file=sys.stderr)
+        return 1
+    finally:
+        if sink is not None and not sink.stop(timeout=10):  # after drive: the final lines are written
+            print("sacbot: the TensorBoard sink did not finish in 10 s; its last scalars may be missing "
+                  "(the JSONL files are complete)", file=sys.stderr)
+    agent = report.pop("agent")
+    if cfg.eval_mode:
+        s = summary(agent)
+        if getattr(args, "json", False):
+            print(json.dumps(s))
+        elif not s["episodes"] and signals.signum:
+            print(f"eval: interrupted before any episode finished ({report['env_steps']} env steps)")
+        elif not s["episodes"]:
+            print(f"eval: no episode finished in {report['env_steps']} env steps (checkpoint "
+                  f"{s['checkpoint']}); give it more --steps, or use --episodes")
+        else:
+            print(f"eval: {s['episodes']} episodes, return {s['mean_return']:.2f} ± {s['std_return']:.2f} "
+                  f"(checkpoint {s['checkpoint']})")
+            for opp, r in s["per_opponent"].items():
+                won = f", won {r['win_rate']:.0%}" if "win_rate" in r else ""
+                print(f"  {opp or '-'}: {r['episodes']} episodes, return {r['mean_return']:.2f} "
+                      f"± {r['std_return']:.2f}{won}")
+        if not s["episodes"]:  # an eval that saw no episode end measured nothing
+            return 128 + signals.signum if signals.signum else 1
+        return 0
+    err = agent.learner_error
+    final = report.get("final_save") or {}
+    last = report.get("last_save") if final.get("ok") else None
+    if report.get("mean_return_last20") is not None:
+        won = report.get("win_rate_last20")
+        print(f"sacbot: last {min(agent.episodes, 20)} episodes: mean return {report['mean_return_last20']:.2f}"
+              + (f", won {won:.0%}" if won is not None else ""), file=sys.stderr)
+    print(f"sacbot: {report['env_steps']} env steps, {report.get('learner_steps', 0)} gradient steps, "
+          f"{agent.episodes} episodes; final checkpoint: {last['path'] if last else 'none'}",
+          file=sys.stderr)
+    if err:
+        print(f"sacbot: the learner failed: {err}", file=sys.stderr)
+        return 1
+    if not final.get("ok"):
+        # The runner (and any script) must not take lost work for a finished run.
+        if final.get("timed_out"):
+            print(f"sacbot: {final.get('error')}: the bot did not wait longer (--final-save-timeout "
+                  f"{final.get('deadline_s', cfg.final_save_timeout):g}); the newest checkpoint in "
+                  f"{cfg.weights_path!r} may be older than this run's work", file=sys.stderr)
+        else:
+            print(f"sacbot: the final checkpoint was NOT written ({final.get('error', 'unknown')}); "
+                  f"the newest checkpoint in {cfg.weights_path!r} is older than this run's work",
+                  file=sys.stderr)
+        return EXIT_SAVE_FAILED
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    from sacbot.store.compat import ABSENT_MEANS
+    from sacbot.store.errors import CheckpointError, CheckpointStop
+    from sacbot.store.read import read_checkpoint
+
+    try:
+        ck = read_checkpoint(args.file)  # every entry, the training state included: what a resume refuses
+    except CheckpointStop as e:  # not proven bad: a newer format, or the system would not let us read it
+        print(f"cannot verify: {e}")
+        return 1
+    except CheckpointError as e:
+        print(f"invalid: {e}")
+        return 1
+    m = ck["manifest"]
+    print(f"{args.file}: valid sacbot checkpoint")
+    print(f"  format_version {m.get('format_version')}"
+          + (f" (migrated from {m['migrated_from']})" if m.get("migrated_from") else ""))
+    print(f"  sacbot {m.get('sacbot_version')}, step {m.get('step')}, env steps {m.get('env_steps')}")
+    for n, e in sorted(m.get("entries", {}).items()):
+        print(f"  {n:24s} {e['size']:>12,d} bytes  sha256 {e['sha256'][:16]}…  verified")
+    # The read was bounded: say by how much, and where the bound came from.
+    raw = sum(e.get("raw_size", e["size"]) for e in m.get("entries", {}).values())
+    cap = ck["byte_cap"]
+    print(f"  byte cap {cap.bytes:,d} ({cap.why}); the entries hold {raw:,d} decompressed bytes")
+    cfg = m.get("config", {})
+    keys = ("env", "hidden", "batch_size", "seq_len", "utd_ratio", "buffer_size", "quant", "quant_bits",
+            "memoryless", "critic_memory", "reward_input", "critic_obs", "gamma", "n_step")
+    # A file from before a setting existed was trained as ABSENT_MEANS says: show that, since a
+    # refused resume sends the user here for the bot's settings.
+    if cfg:
+        cfg = {**{k: f"{v} (saved before the setting)" for k, v in ABSENT_MEANS.items()}, **cfg}
+    print("  config: " + ", ".join(f"{k}={cfg[k]}" for k in keys if k in cfg))
+    # The game: a resume or eval under other env kwargs that change what its values mean is refused.
+    layout = m.get("spaces", {}).get("env_layout")
+    layout = f"; its layout: {', '.join(f'{k}={v!r}' for k, v in layout.items())}" if isinstance(layout, dict) else ""
+    if cfg.get("env_kwargs") or layout:
+        print(f"  env_kwargs: {cfg.get('env_kwargs') or '(none)'}{layout}")
+    return 0
+
+
+def cmd_cluster(args) -> int:
+    from sacbot.app.cluster import ClusterArgs, run_cluster
+
+    cfg = from_args(args)
+    a = ClusterArgs(bots=args.bots, address=args.address, root=args.root, learner_cpus=args.learner_cpus,
+                    learner_gpus=args.learner_gpus, bot_cpus=args.bot_cpus, freeze_timeout=args.freeze_timeout)
+    stop = threading.Event()
+    Signals(stop).install()
+    return run_cluster(cfg, a, stop)
+
+
+def cmd_status(args) -> int:
+    from sacbot.app.status import print_status
+
+    return print_status(args.run_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    setup_logging()
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["runner"]:  # its own parser: everything after -- goes to the bots
+        from sacbot.app.runner import main as runner_main
+        return runner_main(argv[1:])
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        # SIGINT before cmd_run installs its handler (imports, config, env check): no agent
+        # exists yet, so nothing needs a save; one line instead of a traceback.
+        print("sacbot: interrupted during start-up; nothing was saved", file=sys.stderr)
+        return 128 + signal.SIGINT
+
+
+def _main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.cmd in ("run", "eval"):
+            return cmd_run(args, args.cmd == "eval")
+        if args.cmd == "cluster":
+            return cmd_cluster(args)
+        if args.cmd == "serve":
+            from sacbot.serve.command import cmd_serve
+
+            return cmd_serve(args)
+        if args.cmd == "inspect":
+            return cmd_inspect(args)
+        return cmd_status(args)
+    except ConfigError as e:
+        print(f"sacbot: configuration error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""What every command shares on the console: the "sacbot" logger on stderr, and signals.
+
+    setup_logging()                    # "sacbot: message" on stderr; once per process
+    signals = Signals(stop); signals.install()   # 1st SIGINT/SIGTERM: graceful close; 2nd: exit now
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+
+
+class Signals:
+    """First SIGINT/SIGTERM starts a graceful close; a second exits at once."""
+
+    def __init__(self, stop: threading.Event, closing: str = "closing (final save)"):
+        self.stop, self.closing = stop, closing
+        self.count = 0  # signals seen: the run itself sets ``stop`` (--steps reached), not a signal
+        self.signum = 0  # the last one
+
+    def __call__(self, signum, frame):
+        self.count += 1
+        self.signum = signum
+        if self.count > 1:
+            os._exit(128 + signum)
+        print(f"sacbot: {signal.Signals(signum).name}: {self.closing}; send again to exit now",
+              file=sys.stderr, flush=True)
+        self.stop.set()
+
+    def install(self):
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, self)
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time, so a redirected stderr is honoured."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):
+        pass
+
+
+def setup_logging(level: int = logging.INFO) -> logging.Logger:
+    """The "sacbot" logger to stderr as ``sacbot: message``; calling it again adds nothing."""
+    logger = logging.getLogger("sacbot")
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        h = _StderrHandler()
+        h.setFormatter(logging.Formatter("sacbot: %(message)s"))
+        logger.addHandler(h)
+    logger.setLevel(level)
+    return logger
