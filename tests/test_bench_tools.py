@@ -72,105 +72,6 @@ def test_bench_capacity_refuses_bad_arguments_before_measuring(args, says):
     assert p.returncode == 2 and says in p.stderr, p.stderr
 
 
-def test_the_radar_gun_probe_splits_ticks_by_sight():
-    import numpy as np
-
-    probe = load_tool("probe_radar_gun")
-    seen = np.array([True, False, False, True, False, True])
-    turn = np.array([0.5, -0.2, 0.0, -1.0, 0.4, 0.25])
-    before = np.array([40.0, 30.0, -31.0, -31.0, 20.0, 5.0])  # signed errors
-    after = np.array([30.0, 31.0, -31.0, -20.0, 28.0, 0.0])
-    std = np.array([0.1, 0.3, 0.2, 0.1, 0.4, 0.4])
-    r = probe.split_by_sight(seen, turn, before, after, std)
-    # the seen turns close the error in proportion to it: (0.5, -1, 0.25) against (1, -1, 0.25)
-    assert r["seen"]["ticks"] == 3 and r["seen"]["mean_abs_gun_turn"] == round(1.75 / 3, 3)
-    assert r["seen"]["gun_error_change_deg"] == round((-10 - 11 - 5) / 3, 2)
-    assert r["seen"]["corr_with_closing_turn"] == round(float(np.corrcoef([0.5, -1, 0.25], [1, -1, 0.25])[0, 1]), 3)
-    assert r["seen"]["corr_with_closing_turn"] > 0.9 and r["seen"]["gun_noise_std"] == 0.2
-    assert r["unseen"] == {"ticks": 3, "mean_abs_gun_turn": 0.2, "gun_error_change_deg": 3.0,
-                           "corr_with_closing_turn": round(float(np.corrcoef([-0.2, 0, 0.4], [1, -1, 1])[0, 1]), 3),
-                           "gun_noise_std": 0.3}
-    one = probe.split_by_sight(seen[:1], turn[:1], before[:1], after[:1], std[:1])
-    assert one["unseen"]["mean_abs_gun_turn"] is None and one["seen"]["corr_with_closing_turn"] is None
-
-
-@pytest.mark.parametrize("args, says", [
-    (["--runs", "x=/nonexistent.zip"], "--runs wants NAME=CHECKPOINT with a name and an existing file"),
-    (["--runs", "x=/nonexistent.zip", "x=/nonexistent.zip"], "--runs: each NAME once"),
-    (["--runs", "x=/dev/null", "--arc", "0"], r"--arc wants degrees in \(0, 360\]"),
-    (["--runs", "x=/dev/null", "--env-kwargs", "[1]"], "wants a JSON object"),
-])
-def test_the_radar_gun_probe_refuses_bad_arguments_by_name(args, says):
-    p = subprocess.run([sys.executable, str(TOOLS / "probe_radar_gun.py"), *args], capture_output=True, text=True,
-                       timeout=60)
-    assert p.returncode == 2 and re.search(says, p.stderr), p.stderr
-
-
-@pytest.mark.timeout(120)
-def test_the_radar_gun_probe_plays_a_checkpoint_at_the_arc_asked(tmp_path):
-    w = tmp_path / "w"
-    subprocess.run([sys.executable, "-m", "sacbot", "run", "--env", "sacbot/TankDuelRadar-v0", "--env-kwargs",
-                    '{"max_ticks": 24}', "--pace", "lockstep", "--steps", "30", "--hidden", "8", "--batch-size", "2",
-                    "--seq-len", "4", "--learning-starts", "4", "--calib-updates", "2", "--burn-in", "0",
-                    "--weights-path", str(w), "--run-dir", str(tmp_path / "run"), "--quiet"],
-                   check=True, capture_output=True, timeout=100)
-    ckpt = str(w / "sac_latest.zip")
-    out = {}
-    for arc in (360, 40):
-        p = subprocess.run([sys.executable, str(TOOLS / "probe_radar_gun.py"), "--runs", f"r={ckpt}", "--arc",
-                            str(arc), "--episodes", "2"], capture_output=True, text=True, timeout=100)
-        assert p.returncode == 0, p.stderr
-        out[arc] = json.loads(p.stdout.strip().splitlines()[-1])["runs"]["r"]
-        assert out[arc]["seen"]["ticks"] + out[arc]["unseen"]["ticks"] == 2 * 24  # every tick of 2 episodes
-        assert out[arc]["train_env_kwargs"] == '{"max_ticks": 24}'
-    assert out[360]["unseen"]["ticks"] == 0  # 360 degrees sees the enemy every tick ...
-    assert out[40]["seen"]["ticks"] <= 2 * 6  # ... 40 degrees one or two ticks in twelve
-    # the std is the actor's own, as its training noise: within the head's soft clamp, exp([-5, 2])
-    assert all(0.0067 < out[40][g]["gun_noise_std"] < 7.39 for g in ("seen", "unseen"))
-    assert all(-1.0 <= out[40][g]["critic_slope_corr"] <= 1.0 for g in ("seen", "unseen"))
-    # The critic's slope is dQ/d(gun turn) of the checkpoint's critic, reading the episode from its
-    # start with the previous action beside each observation: a central difference agrees.
-    import numpy as np
-    import torch
-
-    from sacbot.learning.sac import Critic
-    from sacbot.store import checkpoint as ck
-    probe = load_tool("probe_radar_gun")
-    rng = np.random.default_rng(0)
-    obs, act = rng.uniform(-1, 1, (7, 32)).astype(np.float32), rng.uniform(-1, 1, (7, 4)).astype(np.float32)
-    slope = probe.critic_gun_slopes(ckpt, {"hidden": 8}, [(obs, act)])[0]
-    critic = Critic(32, 4, 8)
-    critic.load_state_dict({k[7:]: torch.as_tensor(v) for k, v in ck.read_checkpoint(ckpt)["arrays"].items()
-                            if k.startswith("critic.")})
-    prev = np.concatenate([np.zeros((1, 4), np.float32), act[:-1]])
-    h = critic.head_input(critic.core(torch.as_tensor(obs)[:, None], torch.as_tensor(prev)[:, None]))
-    for t in (0, 6):
-        q = []
-        for d in (1e-3, -1e-3):
-            a = torch.as_tensor(act)[:, None].clone()
-            a[t, 0, 2] += d
-            q.append(float(critic.heads(h, a).mean(0)[t, 0]))
-        assert slope[t] == pytest.approx((q[0] - q[1]) / 2e-3, rel=1e-2, abs=1e-5)
-    # A critic without memory is read step by step, as it learnt: the first step's slope is the
-    # same, a later one's is not (that critic never saw the steps before it).
-    alone = probe.critic_gun_slopes(ckpt, {"hidden": 8, "critic_memory": False}, [(obs, act)])[0]
-    h1 = critic.head_input(critic.core(torch.as_tensor(obs)[None], torch.as_tensor(prev)[None]))
-    a = torch.as_tensor(act)[None].clone().requires_grad_(True)
-    critic.heads(h1, a).mean(0).sum().backward()
-    np.testing.assert_allclose(alone, a.grad[0, :, 2].numpy(), rtol=1e-4, atol=1e-6)
-    assert alone[0] == pytest.approx(slope[0], rel=1e-4) and abs(alone[6] - slope[6]) > 1e-6
-    # bench_tankduel evaluates the same run at another arc, and refuses a misspelt kwarg up front
-    bench = [sys.executable, str(TOOLS / "bench_tankduel.py"), "--runs", f"r={w}", "--episodes", "1"]
-    p = subprocess.run([*bench, "--eval-env-kwargs", '{"radar_ark": 360}'], capture_output=True, text=True,
-                       timeout=100)
-    assert p.returncode == 2 and "does not make r's env" in p.stderr and "radar_ark" in p.stderr, p.stderr
-    p = subprocess.run([*bench, "--eval-env-kwargs", '{"radar_arc": 360}'], capture_output=True, text=True,
-                       timeout=100)
-    assert p.returncode == 0, p.stderr
-    point = json.loads(p.stdout.strip().splitlines()[-1])["curves"]["r"][-1]
-    assert point["env_kwargs"] == '{"max_ticks": 24}' and point["eval_env_kwargs"] == {"radar_arc": 360}
-
-
 # --- hostile input: one line naming what is wrong, no traceback, before any long work -------------
 def tiny_run(d, env, *extra):
     """A real run's weights dir in seconds, with its step checkpoints."""
@@ -272,24 +173,6 @@ def test_bench_tankduel_refuses_runs_it_cannot_evaluate(pendulum_w, radar_w, tmp
     p = run_tool("bench_tankduel", "--runs", f"r={radar_w}", "--episodes", "1", "--eval-env-kwargs",
                  '{"observation": "full"}')
     assert p.returncode == 2 and "observation='full' changes what the actor trained with" in p.stderr, p.stderr
-
-
-@pytest.mark.timeout(120)
-def test_the_radar_gun_probe_refuses_checkpoints_and_kwargs_it_cannot_play(pendulum_w, radar_w, tmp_path):
-    junk = tmp_path / "junk.zip"
-    junk.write_bytes(b"not a zip")
-    p = run_tool("probe_radar_gun", "--runs", f"a={junk}")
-    assert p.returncode == 1 and p.stderr.strip().splitlines() == [
-        f"probe_radar_gun: {junk}: unreadable checkpoint (BadZipFile: File is not a zip file)"]
-    p = run_tool("probe_radar_gun", "--runs", f"a={pendulum_w / 'sac_latest.zip'}")
-    assert p.returncode == 2 and "trained on Pendulum-v1, not a radar duel" in p.stderr, p.stderr
-    ckpt = radar_w / "sac_latest.zip"
-    for kwargs, says in (('{"bogus": 1}', "does not make a's env"),
-                         ('{"observation": "full"}', "observation='full' changes what the actor trained with"),
-                         ('{"critic_info": true}', "critic_info=True changes what the actor trained with"),
-                         ('{"gun_control": "aim"}', "observation='radar' needs gun_control='turn'")):
-        p = run_tool("probe_radar_gun", "--runs", f"a={ckpt}", "--env-kwargs", kwargs)
-        assert p.returncode == 2 and says in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("args, says", [

@@ -26,7 +26,7 @@ Memoryless (a function of this tick's observation; the tank's own state is all t
   reads it back (see the function).
 
 ``--gun-noise SIGMA ...`` adds to each gun turn the Gaussian noise a learner's actor adds in
-training (SIGMA is the std before the tanh; tools/probe_radar_gun.py reports a checkpoint's).
+training (SIGMA is the std before the tanh).
 A policy that re-aims from memory every tick shrugs it off; one whose memory is the held gun does
 not, so this is what a learner that trains with that noise can see each strategy win.
 
