@@ -109,7 +109,7 @@ def _start(tmp_path, *extra):
 
 def test_a_killed_learner_process_is_reported_and_the_bot_exits_non_zero_on_its_last_save(tmp_path):
     """The driver ends a run whose learner died (exit 1: a runner restarts it from the last save).
-    That the Agent acts on with its last weights meanwhile is test_runtime's
+    That the Agent acts on with its last weights meanwhile is test_agent.py's
     test_learner_failure_keeps_acting_and_is_reported; here the acting thread may see the death
     before its next tick, so no tick count is asserted (a loaded machine once saw none)."""
     p, watch = _start(tmp_path)
