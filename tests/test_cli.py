@@ -434,3 +434,33 @@ def test_a_bot_is_not_resumed_or_evaluated_in_another_game_unless_transfer_is_gi
     p = subprocess.run(SACBOT + ev + ["--transfer", "--json"], capture_output=True, text=True, timeout=90)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout.strip().splitlines()[-1])["episodes"] == 1
+
+
+@pytest.mark.timeout(180)
+def test_the_originals_launch_gets_its_metrics_contract_and_save_interval(tmp_path):
+    """As the original's campaign scripts read it: training_metrics.jsonl beside the weights
+    directory, epoch in wall-clock seconds, one line per pass that took gradient steps and none for
+    an idle pass; its default save interval, 500."""
+    weights = tmp_path / "weights" / "sac_latest.zip"
+    t0 = time.time()
+    p = subprocess.run(SACBOT + ["run", "--env", "Pendulum-v1", "--pace", "lockstep", "--steps", "400",
+                                 "--learning-starts", "200", "--hidden", "8", "--batch-size", "4", "--seq-len", "4",
+                                 "--calib-updates", "2", "--run-dir", str(tmp_path / "run"), "--quiet"],
+                       env={**os.environ, "SACLSTM_WEIGHTS_PATH": str(weights), "SACLSTM_UTD_RATIO": "1"},
+                       capture_output=True, text=True, timeout=170)
+    t1 = time.time()
+    assert p.returncode == 0, p.stderr
+    with open(tmp_path / "training_metrics.jsonl") as fh:
+        lines = [json.loads(x) for x in fh]
+    nine = {"epoch", "steps", "buffer_size", "drained", "grad_steps", "critic_loss", "actor_loss", "alpha_loss",
+            "alpha"}
+    assert lines and all(nine <= line.keys() for line in lines)
+    assert all(t0 <= line["epoch"] <= t1 and isinstance(line["epoch"], float) for line in lines)
+    assert all(line["grad_steps"] >= 1 for line in lines)  # no line for the 200 passes before learning
+    steps = [line["steps"] for line in lines]
+    assert steps == [sum(x["grad_steps"] for x in lines[:i + 1]) for i in range(len(lines))]
+    assert len(lines) < 400 - 150 and steps[-1] > 100
+    assert read_checkpoint(str(weights))["manifest"]["config"]["save_interval"] == 500
+    # sacbot's own layout keeps its meanings: epoch counts passes, idle ones included.
+    own = load_config(None, {}, {"weights_path": str(tmp_path / "w2")})
+    assert (own.original_contract, own.save_interval) == (False, 5000)

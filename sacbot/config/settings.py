@@ -37,6 +37,7 @@ MAX_COUNT = 2**63 - 1
 # (sacbot.learning.training.MAX_PASS_STEPS, kept equal by a test).  Above it each lockstep step would leave
 # steps owed that pile up without bound, and a resume would carry the pile.
 MAX_UTD_RATIO = 256
+ORIGINAL_SAVE_INTERVAL = 500  # the original bot's default, kept under its contract
 log = logging.getLogger("sacbot")
 # SACBOT_* variables that are not settings: the TOML file's path, and sacbot serve's token (a secret,
 # kept out of the Config that every checkpoint's manifest records).
@@ -171,8 +172,12 @@ class Config:
                                    min=1.0, max=86400.0, group="runtime")
     opponent_policy: str = _f("clear", "Replay policy when the opponent changes.",
                               choices=("clear", "keep"), group="runtime")
-    save_interval: int = _f(5000, "Offer a checkpoint every N gradient steps.", min=1, max=MAX_COUNT,
-                            group="runtime")
+    save_interval: int = _f(5000, "Offer a checkpoint every N gradient steps (500 by default under the "
+                                  "original bot's contract, --original).", min=1, max=MAX_COUNT, group="runtime")
+    original: bool = _f(False, "Keep the original bot's contract: training_metrics.jsonl's epoch is wall-clock "
+                               "seconds, a line is written only for passes with gradient steps, and "
+                               "save_interval defaults to 500. On by itself when the weights path names a .zip "
+                               "or any SACLSTM_* variable is set.", group="runtime")
     keep_last: int = _f(5, "Step-named checkpoints kept besides sac_latest.zip.", min=0, max=MAX_COUNT,
                         group="runtime")
     save_replay: bool = _f(True, "Store the replay buffer in checkpoints for exact resume.",
@@ -273,6 +278,11 @@ class Config:
     def original_layout(self) -> bool:
         """weights_path names a checkpoint file (…/sac_latest.zip), as the original bot's did."""
         return self.weights_path.lower().endswith(".zip")
+
+    @property
+    def original_contract(self) -> bool:
+        """The original bot's metrics and save interval (``original``, or its file layout)."""
+        return self.original or self.original_layout
 
     @property
     def weights_dir(self) -> str:

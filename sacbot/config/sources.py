@@ -17,6 +17,7 @@ from sacbot.config.settings import (
     ALIASES,
     ENV_PREFIX,
     NOT_SETTINGS,
+    ORIGINAL_SAVE_INTERVAL,
     Config,
     ConfigError,
     _accepted,
@@ -221,9 +222,18 @@ def load_config(toml_path: str | None = None, env: Mapping[str, str] | None = No
     by_name = {f.name: f for f in fields(Config)}
     env = os.environ if env is None else env
     given: dict[str, Any] = {}
+    aliased = False
     for layer in (_toml_layer(toml_path, by_name), _env_layer(env, by_name), _cli_layer(cli, by_name)):
         for name, (raw, source) in layer.items():
             given[name] = coerce(by_name[name], raw, source)
+            aliased = aliased or source in ALIASES
+    # The original's launch scripts set its SACLSTM_* variables or name the weights zip: they get its
+    # contract, save interval included, unless a setting says otherwise.
+    if aliased and "original" not in given:
+        given["original"] = True
+    zip_path = str(given.get("weights_path", Config.weights_path)).lower().endswith(".zip")
+    if (given.get("original") or zip_path) and "save_interval" not in given:
+        given["save_interval"] = ORIGINAL_SAVE_INTERVAL
     # The env id is resolved from every source first: its preset sits under all of them.
     if isinstance(given.get("env"), str):
         given["env"] = resolve_env_id(given["env"])

@@ -272,6 +272,7 @@ class LearnerLoop:
         self.nice: int | None = None  # the learner's niceness as measured once lowered
         self.priority_set = False  # a process learner lowers its whole process before its threads
         self.learning = False
+        self.original = False  # the original bot's metrics contract (Config.original_contract), set by _build
         # Set by a close: the pass in progress ends at its next step (the rest stays owed), so a
         # Shutdown behind a long pass is taken at once.  A process learner's is its parent's.
         self.closing = threading.Event()
@@ -300,6 +301,7 @@ class LearnerLoop:
 
     def _build(self) -> None:
         spec, cfg = self.spec, self.spec.cfg()
+        self.original = cfg.original_contract
         torch.set_num_threads(cfg.torch_threads)
         self.torch_threads = torch.get_num_threads()  # measured, not configured
         self.state = TrainingState.fresh(cfg, spec.obs_dim, spec.act_dim)
@@ -391,8 +393,12 @@ class LearnerLoop:
             self.steps_per_s = line["grad_steps"] / max(dt, 1e-9)
         self._publish()
         self._collect_io()
-        line.update(wall_time=time.time(), policy_version=self.version, save_drops=s.save_offers_dropped)
-        append_jsonl(self.spec.metrics_path, line)
+        now = time.time()
+        line.update(wall_time=now, policy_version=self.version, save_drops=s.save_offers_dropped)
+        if not self.original:
+            append_jsonl(self.spec.metrics_path, line)
+        elif line["grad_steps"]:  # the original's contract: epoch is its epochTime(), no line for an idle pass
+            append_jsonl(self.spec.metrics_path, {**line, "epoch": now, "passes": line["epoch"]})
         self.processed += drained
         self.push_status(self.status())
 
