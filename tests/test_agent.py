@@ -339,3 +339,18 @@ def test_eval_of_a_bot_trained_without_reward_input_names_the_setting(tmp_path):
               OBS_SPACE, ACT_SPACE)
     with Agent(small_cfg(tmp_path, eval_mode=True, run_dir=str(tmp_path / "e2")), OBS_SPACE, ACT_SPACE) as ev:
         assert ev.loaded_from is not None
+
+
+def test_episodes_carry_cumulative_env_steps_across_a_resume(tmp_path):
+    """episodes.jsonl's env_steps is the x axis of return curves (as SB3's global_step): it goes on
+    counting from the checkpoint's env steps after a resume, not from 0."""
+    cfg = small_cfg(tmp_path)
+    agent = Agent(cfg, OBS_SPACE, ACT_SPACE)
+    play(agent, 30)
+    assert agent.close()["final_save"]["ok"]
+    agent = Agent(cfg, OBS_SPACE, ACT_SPACE)
+    play(agent, 20)
+    agent.close()
+    with open(tmp_path / "run" / "episodes.jsonl") as fh:
+        eps = [json.loads(x) for x in fh]
+    assert [e["env_steps"] for e in eps] == [10, 20, 30, 40, 50]

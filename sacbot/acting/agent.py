@@ -205,6 +205,7 @@ class Agent:
         self.params = policy.build_params(start.arrays)
         self.policy_version = start.policy_version
         self.learning_starts_left = 0 if self.eval_mode else max(0, cfg.learning_starts - start.env_steps)
+        self.env_steps = start.env_steps  # cumulative over resumes: episodes.jsonl's x axis, as SB3's global_step
         self.episode_base = start.episodes
         if start.acting_rng:  # the final save holds the acting noise state: a resume continues it
             try:
@@ -284,6 +285,7 @@ class Agent:
         self._prev_reward = r
         self._ep_return += tr.reward
         self._ep_len += 1
+        self.env_steps += 1
         if self.learner is not None and not self._closed and self._episode_sent:
             if self.learning_starts_left > 0:
                 self.learning_starts_left -= 1
@@ -335,6 +337,7 @@ class Agent:
         if not self.eval_mode:
             append_jsonl(self.episodes_path, {"time": time.time(), "episode": self.episodes,
                                               "return": self._ep_return, "length": self._ep_len,
+                                              "env_steps": self.env_steps,
                                               "opponent": self.opponent,
                                               "policy_version": self.policy_version, **outcome,
                                               **self._latency.summary_us()})

@@ -62,6 +62,13 @@ def _parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("inspect", help="verify a checkpoint and summarise its manifest")
     sp.add_argument("file")
     sub.add_parser("runner", help="launch N bots and restart frozen ones (sacbot runner --help)", add_help=False)
+    sp = sub.add_parser("plot", help="one overview image of a run, or of several overlaid (needs the plot extra)",
+                        description="Draw a run's return and win rate per opponent against env steps, each loss "
+                                    "and alpha on its own axis, gradient steps/s, drops, act() latency and evals, "
+                                    "into one PNG. Several run directories are overlaid, one colour each.")
+    sp.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (--run-dir of sacbot run)")
+    sp.add_argument("--out", metavar="FILE", help="the PNG to write (default RUN_DIR/plots/overview.png; "
+                                                  "needed for several runs)")
     sp = sub.add_parser("status", help="print a run directory's heartbeat")
     sp.add_argument("run_dir", nargs="?", default="runs/default")
     return p
@@ -208,6 +215,20 @@ def cmd_cluster(args) -> int:
     return run_cluster(cfg, a, stop)
 
 
+def cmd_plot(args) -> int:
+    from sacbot.app.plot import PlotError, plot
+
+    try:
+        print(plot(args.run_dirs, args.out))
+    except ValueError as e:
+        print(f"sacbot: plot: {e}", file=sys.stderr)
+        return 2
+    except PlotError as e:
+        print(f"sacbot: plot: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_status(args) -> int:
     from sacbot.app.status import print_status
 
@@ -242,6 +263,8 @@ def _main(argv: list[str]) -> int:
             return cmd_serve(args)
         if args.cmd == "inspect":
             return cmd_inspect(args)
+        if args.cmd == "plot":
+            return cmd_plot(args)
         return cmd_status(args)
     except ConfigError as e:
         print(f"sacbot: configuration error: {e}", file=sys.stderr)

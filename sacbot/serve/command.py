@@ -128,7 +128,7 @@ def serve_config(args, env=None) -> Config:
                           "free (the default) or lockstep")
     if cfg.tensorboard:
         raise ConfigError("tensorboard is not offered by sacbot serve yet; each bot's JSONL files are in "
-                          "ROOT/<name>/run (tools/plot_metrics.py reads them)")
+                          "ROOT/<name>/run (sacbot plot reads them)")
     return cfg
 
 
