@@ -464,3 +464,24 @@ def test_the_originals_launch_gets_its_metrics_contract_and_save_interval(tmp_pa
     # sacbot's own layout keeps its meanings: epoch counts passes, idle ones included.
     own = load_config(None, {}, {"weights_path": str(tmp_path / "w2")})
     assert (own.original_contract, own.save_interval) == (False, 5000)
+
+
+@pytest.mark.timeout(180)
+def test_a_run_that_starves_its_learner_says_so_and_sums_up_its_drops(tmp_path):
+    """At --pace free a learner that cannot keep up drops transitions; the run warns once with the
+    fix, its closing lines give the drops and the gradient steps per transition received, and the
+    resolved settings are written to the run directory, loadable as a --config file."""
+    p = subprocess.run(SACBOT + run_args(tmp_path, "--env", "Pendulum-v1", "--steps", "2000", "--hidden", "8",
+                                         "--learning-starts", "50", "--utd-ratio", "64", "--queue-size", "4",
+                                         "--seed", "3"),
+                       capture_output=True, text=True, timeout=170)
+    assert p.returncode == 0, p.stderr
+    warned = [x for x in p.stderr.splitlines() if "the learner is not keeping up" in x]
+    assert len(warned) == 1 and "--pace lockstep" in warned[0], p.stderr
+    (summary,) = [x for x in p.stderr.splitlines() if x.startswith("sacbot: the learner got ")]
+    got = int(summary.split("got ")[1].split(" ")[0])
+    dropped = int(summary.split("dropped ")[1].split(" ")[0])
+    assert got + dropped <= 2000 and got > 0 and dropped > 200, summary  # an episode whose start was lost sends none
+    assert f"({dropped / 2000:.0%} of those played)" in summary and "(utd_ratio 64)" in summary
+    cfg = load_config(str(tmp_path / "run" / "config.toml"), {}, {})
+    assert (cfg.env, cfg.utd_ratio, cfg.queue_size, cfg.seed, cfg.steps) == ("Pendulum-v1", 64.0, 4, 3, 2000)

@@ -148,6 +148,7 @@ class Agent:
         self.started = time.time()
         self.ticks = self.episodes = self.episodes_started = 0
         self.sent = 0
+        self.env_steps_played = 0  # transitions observed by this Agent (env_steps also counts earlier runs')
         self._closed = False
         self._last_obs: np.ndarray | None = None
         self._last_action: np.ndarray | None = None
@@ -286,6 +287,7 @@ class Agent:
         self._ep_return += tr.reward
         self._ep_len += 1
         self.env_steps += 1
+        self.env_steps_played += 1
         if self.learner is not None and not self._closed and self._episode_sent:
             if self.learning_starts_left > 0:
                 self.learning_starts_left -= 1

@@ -147,6 +147,12 @@ def cmd_run(args, eval_mode: bool) -> int:
     print(f"sacbot: {report['env_steps']} env steps, {report.get('learner_steps', 0)} gradient steps, "
           f"{agent.episodes} episodes; final checkpoint: {last['path'] if last else 'none'}",
           file=sys.stderr)
+    drops = (report.get("drops") or {}).get("transition", 0)
+    received = report.get("env_steps_received") or 0
+    utd = report.get("learner_steps", 0) / received if received else 0.0
+    print(f"sacbot: the learner got {received} transitions and dropped {drops} "
+          f"({drops / max(report['env_steps'], 1):.0%} of those played); gradient steps per transition "
+          f"received {utd:.2f} (utd_ratio {cfg.utd_ratio:g})", file=sys.stderr)
     if err:
         print(f"sacbot: the learner failed: {err}", file=sys.stderr)
         return 1

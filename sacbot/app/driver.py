@@ -15,6 +15,9 @@ Usage::
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import threading
 import time
 from functools import partial
@@ -25,6 +28,11 @@ from sacbot.acting.games import env_layout, make_env, with_env_critic_obs
 from sacbot.app.progress import Progress
 from sacbot.assembly.bot import Agent
 from sacbot.config import Config
+from sacbot.store.atomic import atomic_write_text
+
+log = logging.getLogger("sacbot")
+DROP_WARN_FRACTION = 0.10  # of the transitions played: past it the learner is not learning from the run
+DROP_CHECK_EVERY = 1000  # env steps between looks at the drop count (a status copy each)
 
 
 def _progress_text(agent: Agent, steps: int) -> str:
@@ -55,6 +63,39 @@ def _wait_for_tick(stop: threading.Event, at: float) -> bool:
     return stop.is_set()
 
 
+def write_resolved_config(cfg: Config) -> str | None:
+    """``run_dir/config.toml``: every setting as this run resolved it (defaults, preset, TOML, env,
+    flags), so a run can be repeated with ``--config``.  None, with a warning, if it cannot be
+    written: a run does not stop for it."""
+    path = os.path.join(cfg.run_dir, "config.toml")
+    lines = ["# The settings this run resolved; `sacbot run --config` with this file repeats them.", "[sacbot]"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in cfg.to_dict().items()]  # JSON's str/num/bool are TOML's
+    try:
+        atomic_write_text(path, "\n".join(lines) + "\n", durable=False)
+    except OSError as e:
+        log.warning("could not write %s (%s); the run goes on", path, e.strerror or e)
+        return None
+    return path
+
+
+def dropped_share(agent: Agent) -> tuple[int, float]:
+    """Transitions the learner did not get (dropped by a full queue), and their share of those played."""
+    drops = (agent.status().get("drops") or {}).get("transition", 0)
+    return drops, drops / max(agent.env_steps_played, 1)
+
+
+def _warn_if_starved(agent: Agent, cfg: Config) -> bool:
+    """True once it has warned: a run that drops over a tenth of what it plays trains on a sample
+    of the game it did not choose, and only the progress line said so."""
+    drops, share = dropped_share(agent)
+    if share <= DROP_WARN_FRACTION:
+        return False
+    log.warning("the learner is not keeping up: %d of %d transitions (%.0f%%) were dropped so far at "
+                "--pace %s; use --pace lockstep (the bot waits for the learner), --pace realtime --tps N, or a "
+                "lower --utd-ratio", drops, agent.env_steps_played, 100 * share, cfg.pace)
+    return True
+
+
 def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None, learner=None) -> dict:
     """Play until --steps, --episodes or ``stop``; close the agent (final save); report.
     ``learner``: a learner handle to feed instead of one of the bot's own (a shared Ray learner)."""
@@ -68,7 +109,10 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None, lear
     except BaseException:  # the Agent left nothing behind; neither does the env
         env.close()
         raise
+    if not cfg.eval_mode:
+        write_resolved_config(cfg)
     progress = Progress(not cfg.quiet, cfg.steps or None)
+    warned = cfg.eval_mode or learner is not None  # a shared learner's drops are its cluster's to report
     period = 1.0 / cfg.tps
     misses = ticks = 0
     next_tick = time.perf_counter()
@@ -101,6 +145,8 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None, lear
                 ticks += 1
                 done = terminated or truncated
                 progress.update(steps, partial(_progress_text, agent, steps))
+                if not warned and steps % DROP_CHECK_EVERY == 0:
+                    warned = _warn_if_starved(agent, cfg)
                 if cfg.steps and steps >= cfg.steps:
                     limit_reached = True
                     stop.set()
