@@ -10,6 +10,9 @@ sacbot/TankDuelMemory-v0   v1 at v0's 40-degree radar: the duel where memory is 
 sacbot/CueMemory-v0        the smallest memory task (envs/memory.py)
 sacbot/Pendulum-P-v0       Pendulum with only the angle observed
 sacbot/Pendulum-V-v0       Pendulum with only the angular velocity observed
+sacbot/<Task>-P/-V/-F-v0   Pendulum, MountainCarContinuous, LunarLanderContinuous and
+                           InvertedDoublePendulum with positions only, velocities only,
+                           or flickering observations (envs/pomdp.py)
 =========================  ==========================================================
 """
 
@@ -64,3 +67,10 @@ _register("sacbot/TankDuelMemory-v0", entry_point=f"{__name__}.tank_duel:TankDue
 _register("sacbot/CueMemory-v0", entry_point=f"{__name__}.memory:CueMemory", max_episode_steps=50)
 _register("sacbot/Pendulum-P-v0", entry_point=f"{__name__}.pomdp:pendulum_p", max_episode_steps=200)
 _register("sacbot/Pendulum-V-v0", entry_point=f"{__name__}.pomdp:pendulum_v", max_episode_steps=200)
+# Every task of pomdp.VIEWS, partially observed three ways (Pendulum's P and V above keep their ids'
+# own TimeLimit; these take their task's from gym.make inside).
+for _task in ("Pendulum-v1", "MountainCarContinuous-v0", "LunarLanderContinuous-v3", "InvertedDoublePendulum-v5"):
+    for _view in ("P", "V", "F"):
+        _id = f"sacbot/{_task.rsplit('-', 1)[0]}-{_view}-v0"
+        if _id not in ("sacbot/Pendulum-P-v0", "sacbot/Pendulum-V-v0"):
+            _register(_id, entry_point=f"{__name__}.pomdp:partially_observed", kwargs={"task": _task, "view": _view})

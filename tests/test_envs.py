@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import warnings
 
 import gymnasium as gym
@@ -16,7 +17,18 @@ import sacbot.envs  # noqa: F401 - registers
 from sacbot.envs.tank_duel import RADIUS, TankDuel, bullet_damage
 
 IDS = ["sacbot/TankDuel-v0", "sacbot/TankDuelRadar-v0", "sacbot/TankDuelRadar-v1", "sacbot/TankDuelMemory-v0",
-       "sacbot/CueMemory-v0", "sacbot/Pendulum-P-v0", "sacbot/Pendulum-V-v0"]
+       "sacbot/CueMemory-v0", "sacbot/Pendulum-P-v0", "sacbot/Pendulum-V-v0"] + [
+       f"sacbot/{task}-{view}-v0" for task in ("Pendulum", "MountainCarContinuous", "LunarLanderContinuous",
+                                               "InvertedDoublePendulum") for view in "PVF"
+       if (task, view) not in (("Pendulum", "P"), ("Pendulum", "V"))]
+
+
+def _engine_installed(env_id: str) -> None:
+    """Skip a task whose physics engine (gymnasium's box2d extra, the mujoco wheel) is not here."""
+    try:
+        gym.make(env_id).close()
+    except gym.error.DependencyNotInstalled as e:
+        pytest.skip(f"{env_id}: {e}")
 
 
 def test_ids_lists_every_env_sacbot_registers():
@@ -31,6 +43,7 @@ def test_every_registered_env_passes_the_runs_env_check_and_is_made_as_the_drive
     from sacbot.app.envcheck import check_env as run_check
     from sacbot.config import Config
 
+    _engine_installed(env_id)
     run_check(Config(env=env_id))
     env = make_env(env_id)
     obs, _ = env.reset(seed=0)
@@ -39,6 +52,7 @@ def test_every_registered_env_passes_the_runs_env_check_and_is_made_as_the_drive
 
 @pytest.mark.parametrize("env_id", IDS)
 def test_gymnasium_check_env_passes(env_id):
+    _engine_installed(env_id)
     env = gym.make(env_id)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the "wrapped env" notice: the wrappers are part of the env here
@@ -646,3 +660,81 @@ def test_the_memory_duel_without_critic_info_is_the_actors_32_values_with_the_sa
         assert (rr, tr, ur) == (rf, tf, uf)
         if tf or uf:
             break
+
+
+# --- partially observed tasks (envs/pomdp.py) --------------------------------------------------
+def _trajectory(env_id, seed, n, **kw):
+    """Observations of ``n`` steps with actions fixed by the seed (the same for every view)."""
+    env = gym.make(env_id, **kw)
+    obs, _ = env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    out = [np.asarray(obs)]
+    for _ in range(n):
+        obs, *_ = env.step(rng.uniform(env.action_space.low, env.action_space.high).astype(np.float32))
+        out.append(np.asarray(obs))
+    env.close()
+    return np.array(out)
+
+
+@pytest.mark.parametrize("task, name", [("Pendulum-v1", "Pendulum"),
+                                        ("MountainCarContinuous-v0", "MountainCarContinuous")])
+def test_p_and_v_keep_exactly_the_positions_or_the_velocities(task, name):
+    from sacbot.envs.pomdp import VIEWS
+
+    full = _trajectory(task, 5, 40)
+    for view in ("P", "V"):
+        part = _trajectory(f"sacbot/{name}-{view}-v0", 5, 40)
+        assert np.array_equal(part, full[:, list(VIEWS[task][view])]), view
+    assert set(VIEWS[task]["P"]).isdisjoint(VIEWS[task]["V"])
+
+
+@pytest.mark.parametrize("task, size", [("LunarLanderContinuous-v3", 8), ("InvertedDoublePendulum-v5", 9)])
+def test_the_tables_of_tasks_with_optional_engines_fit_their_observations(task, size):
+    """Box2D and MuJoCo are optional: the table is checked on a stand-in of the task's size, and
+    on the task itself where its engine is installed."""
+    from sacbot.envs.pomdp import VIEWS, KeepObservationIndices
+
+    class StandIn(gym.Env):
+        observation_space = gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
+        action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+
+        def reset(self, *, seed=None, options=None):
+            return np.arange(size, dtype=np.float32), {}
+
+    for view, idx in VIEWS[task].items():
+        obs, _ = KeepObservationIndices(StandIn(), idx).reset()
+        assert list(obs) == list(idx), view
+    name = task.rsplit("-", 1)[0]
+    try:
+        env = gym.make(f"sacbot/{name}-P-v0")
+    except gym.error.DependencyNotInstalled:
+        return
+    assert env.observation_space.shape == (len(VIEWS[task]["P"]),)
+    env.close()
+
+
+def test_flicker_blanks_at_its_rate_repeats_with_the_seed_and_leaves_the_task_as_it_was():
+    n = 4000
+    full = _trajectory("Pendulum-v1", 9, n)
+    a = _trajectory("sacbot/Pendulum-F-v0", 9, n)
+    b = _trajectory("sacbot/Pendulum-F-v0", 9, n)
+    blank = ~a.any(axis=1)
+    assert np.array_equal(a, b)  # the same seed, the same blanks
+    rate, sd = blank.mean(), (0.2 * 0.8 / (n + 1)) ** 0.5
+    assert abs(rate - 0.2) < 5 * sd, rate
+    assert np.array_equal(a[~blank], full[~blank])  # unblanked ticks are the task's own
+    other = ~_trajectory("sacbot/Pendulum-F-v0", 10, n).any(axis=1)
+    assert not np.array_equal(other, blank)  # another seed, other blanks
+    assert not (~_trajectory("sacbot/Pendulum-F-v0", 9, 200, p=0.0).any(axis=1)).any()
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda: gym.make("sacbot/Pendulum-F-v0", p=1.0), "expected a probability in [0, 1)"),
+    (lambda: __import__("sacbot.envs.pomdp", fromlist=["x"]).partially_observed("Pendulum-v1", "X"),
+     "expected P, V or F"),
+    (lambda: __import__("sacbot.envs.pomdp", fromlist=["x"]).partially_observed("CartPole-v1", "P"),
+     "no observation table for 'CartPole-v1'"),
+])
+def test_bad_views_are_refused_by_name(make, says):
+    with pytest.raises(ValueError, match=re.escape(says)):
+        make()
