@@ -217,3 +217,35 @@ def test_each_benchmark_runs_at_smoke_size_and_prints_its_json_line(tool, args, 
     assert p.returncode == 0, p.stderr[-2000:]
     result = json.loads(p.stdout.strip().splitlines()[-1])
     assert check(result), result
+
+
+def test_the_robustness_suite_statistics():
+    rb = load_tool("bench_robust")
+    assert rb.iqm([1, 2, 3, 4, 100, -100, 5, 6]) == 3.5  # the middle half of 8: 2, 3, 4, 5
+    assert rb.iqm([1, 2, 9]) == 4.0  # under 4 runs nothing is cut
+    lo, hi = rb.bootstrap_ci([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
+    assert 0.0 <= lo < rb.iqm(range(8)) < hi <= 7.0
+    rows = [{"task": "T", "view": v, "arm": arm, "seed": s, "return": ret}
+            for v, arm, s, ret in [("full", "random", 0, -100.0), ("full", "sb3", 0, 0.0), ("full", "sb3", 1, 100.0),
+                                   ("P", "sacbot", 0, -10.0), ("P", "sacbot", 1, -80.0)]]
+    cell = rb.report(rows)["T P"]["sacbot"]
+    assert cell["gap_closed"] == {0: 0.6, 1: 0.133} and cell["every_seed_closes_half"] is False
+    assert cell["worst"] == {"seed": 1, "return": -80.0}
+
+
+@pytest.mark.timeout(170)
+def test_the_robustness_suite_appends_each_run_and_resumes_where_it_stopped(tmp_path):
+    out = tmp_path / "suite.jsonl"
+    args = ("--tasks", "Pendulum-v1", "--views", "full", "F", "--arms", "sacbot", "random", "--steps", "200",
+            "--seeds", "0", "--episodes", "1", "--out", out)
+    p = run_tool("bench_robust", *args)
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert sorted((r["view"], r["arm"]) for r in rows) == [("F", "random"), ("F", "sacbot"), ("full", "random"),
+                                                          ("full", "sacbot")]
+    rep = json.loads(p.stdout.strip().splitlines()[-1])
+    assert rep["runs"] == 4 and rep["report"]["Pendulum-v1 F"]["sacbot"]["iqm"] == round(
+        next(r["return"] for r in rows if (r["view"], r["arm"]) == ("F", "sacbot")), 2)
+    again = run_tool("bench_robust", *args)  # everything is done: nothing runs, nothing is added
+    assert again.returncode == 0 and "bench_robust: Pendulum" not in again.stderr
+    assert len(out.read_text().splitlines()) == 4

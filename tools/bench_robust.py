@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""The robustness suite: sacbot's defaults on tasks nobody tuned them for.
+
+Tasks of different reward scales, horizons and sparsity (``--tasks``), each fully observed and
+partially observed three ways (``--views``: P positions only, V velocities only, F flickering;
+``sacbot.envs.pomdp``); arms (``--arms``): sacbot with its defaults, its memoryless control, SB3
+SAC with its defaults (the ``bench`` extra), and the random policy as the floor.  Each run trains
+for ``--steps`` env steps and is scored by the mean return of ``--episodes`` deterministic eval
+episodes on seeds apart from training's.
+
+Resumable over several sittings: every finished run is appended to ``--out`` (JSONL) as it ends,
+and a run already there (same task, view, arm, seed and steps) is not run again.  The report reads
+the whole file: per task and view, each arm's interquartile mean over seeds with a bootstrap 95%
+confidence interval (rliable's method, in numpy) and its worst seed; and each seed's share of the
+gap between the random policy and SB3 SAC's mean on the fully observed task.
+
+    python tools/bench_robust.py --steps 25000 --seeds 0 1 2                       # the suite
+    python tools/bench_robust.py --tasks Pendulum-v1 --views full F --arms sacbot random \\
+        --steps 300 --seeds 0 --episodes 1 --out /tmp/smoke.jsonl                  # a smoke run
+
+Progress goes to stderr; the last line of stdout is one JSON object (the report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+TASKS = ("Pendulum-v1", "MountainCarContinuous-v0", "LunarLanderContinuous-v3", "InvertedDoublePendulum-v5")
+VIEWS = ("full", "P", "V", "F")
+ARMS = ("sacbot", "memoryless", "sb3", "random")
+BOOTSTRAP = 2000  # resamples of the seeds for a confidence interval
+
+
+def env_id(task: str, view: str) -> str:
+    return task if view == "full" else f"sacbot/{task.rsplit('-', 1)[0]}-{view}-v0"
+
+
+# --- the statistics ---------------------------------------------------------------------------
+def iqm(x) -> float:
+    """Interquartile mean: the mean after a quarter of the runs is cut from each end (rliable's,
+    scipy's trim_mean(x, 0.25); with fewer than 4 runs nothing is cut)."""
+    x = np.sort(np.asarray(x, float))
+    if not len(x):
+        return float("nan")
+    k = int(0.25 * len(x))
+    return float(x[k:len(x) - k].mean())
+
+
+def bootstrap_ci(x, stat=iqm, n: int = BOOTSTRAP, seed: int = 0) -> tuple[float, float]:
+    """95% percentile bootstrap interval of ``stat`` over the runs (resampled with replacement)."""
+    x = np.asarray(x, float)
+    if len(x) < 2:
+        v = float(x[0]) if len(x) else float("nan")
+        return v, v
+    rng = np.random.default_rng(seed)
+    stats = [stat(x[rng.integers(0, len(x), len(x))]) for _ in range(n)]
+    return float(np.percentile(stats, 2.5)), float(np.percentile(stats, 97.5))
+
+
+def report(rows: list[dict]) -> dict:
+    """Per task and view, per arm: IQM, its interval, the worst seed; and each sacbot-side seed's
+    share of the gap random -> SB3 on the fully observed task (the goal: at least 0.5)."""
+    by: dict = {}
+    for r in rows:
+        by.setdefault((r["task"], r["view"]), {}).setdefault(r["arm"], []).append(r)
+    out: dict = {}
+    for (task, view), arms in sorted(by.items()):
+        cell: dict = {}
+        full = by.get((task, "full"), {})
+        floor = np.mean([r["return"] for r in full.get("random", [])]) if full.get("random") else None
+        top = np.mean([r["return"] for r in full.get("sb3", [])]) if full.get("sb3") else None
+        for arm, rs in sorted(arms.items()):
+            rets = [r["return"] for r in rs]
+            worst = min(rs, key=lambda r: r["return"])
+            c = {"runs": len(rs), "iqm": round(iqm(rets), 2), "ci95": [round(v, 2) for v in bootstrap_ci(rets)],
+                 "worst": {"seed": worst["seed"], "return": round(worst["return"], 2)}}
+            if floor is not None and top is not None and top != floor and arm != "random":
+                gaps = {r["seed"]: round((r["return"] - floor) / (top - floor), 3) for r in rs}
+                c["gap_closed"] = gaps
+                c["every_seed_closes_half"] = all(g >= 0.5 for g in gaps.values())
+            cell[arm] = c
+        out[f"{task} {view}"] = cell
+    return out
+
+
+# --- the runs ---------------------------------------------------------------------------------
+def random_return(eid: str, episodes: int, seed: int) -> float:
+    import gymnasium as gym
+    from bench_learning import EVAL_SEED0
+
+    import sacbot.envs  # noqa: F401 - registers the sacbot/* ids
+
+    env, rets = gym.make(eid), []
+    env.action_space.seed(seed)
+    for ep in range(episodes):
+        env.reset(seed=EVAL_SEED0 + seed * 100 + ep)
+        done, ret = False, 0.0
+        while not done:
+            _, r, term, trunc, _ = env.step(env.action_space.sample())
+            ret += float(r)
+            done = term or trunc
+        rets.append(ret)
+    env.close()
+    return float(np.mean(rets))
+
+
+def run_one(a, task: str, view: str, arm: str, seed: int) -> float | None:
+    """The eval return of one run, or None when its arm cannot run here (SB3 not installed)."""
+    import bench_learning as bl
+
+    eid = env_id(task, view)
+    if arm == "random":
+        return random_return(eid, a.episodes, seed)
+    if arm == "sb3":
+        got = bl.sb3_curve(a, eid, seed, [a.steps])
+        return None if got is None else got["curve"][-1][1]
+    wdir = bl.sacbot_run(a, eid, seed, memoryless=arm == "memoryless")
+    from sacbot.store import checkpoint as ck
+
+    path = os.path.join(wdir, ck.LATEST)
+    rin = bool(bl.checkpoint_config(path).get("reward_input"))
+    return bl.evaluate_actor(bl.int8_actor(path), eid, a.episodes, seed, arm == "memoryless", rin)
+
+
+def done_keys(path: str) -> set:
+    keys = set()
+    if os.path.exists(path):
+        with open(path) as fh:
+            for line in fh:
+                try:
+                    r = json.loads(line)
+                    keys.add((r["task"], r["view"], r["arm"], r["seed"], r["steps"]))
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue  # a line cut by a kill: the run is done again
+    return keys
+
+
+def read_rows(path: str, steps: int) -> list[dict]:
+    rows = []
+    if os.path.exists(path):
+        with open(path) as fh:
+            for line in fh:
+                try:
+                    r = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(r, dict) and r.get("steps") == steps:
+                    rows.append(r)
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
+    p.add_argument("--views", nargs="+", default=list(VIEWS), choices=VIEWS)
+    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--steps", type=int, default=25_000, help="env steps per training run")
+    p.add_argument("--episodes", type=int, default=10, help="eval episodes per run")
+    p.add_argument("--out", default="bench_robust.jsonl", help="results file, appended to (resumable)")
+    p.add_argument("--report-only", action="store_true", help="report what --out holds; run nothing")
+    a = p.parse_args()
+    if a.steps < 1 or a.episodes < 1 or any(s < 0 for s in a.seeds):
+        p.error("--steps and --episodes want integers >= 1, --seeds integers >= 0")
+    # What bench_learning's runs read from its own arguments.
+    a.eval_every, a.sacbot_args, a.int8_vs_fp32 = max(a.steps, 1), "", False
+    done = done_keys(a.out)
+    if not a.report_only:
+        for task in a.tasks:
+            for view in a.views:
+                for seed in a.seeds:
+                    for arm in a.arms:
+                        key = (task, view, arm, seed, a.steps)
+                        if key in done:
+                            continue
+                        ret = run_one(a, task, view, arm, seed)
+                        if ret is None:
+                            print(f"bench_robust: {arm} cannot run here (pip install -e '.[bench]'); skipped",
+                                  file=sys.stderr)
+                            continue
+                        row = {"task": task, "view": view, "arm": arm, "seed": seed, "steps": a.steps,
+                               "episodes": a.episodes, "return": ret}
+                        with open(a.out, "a") as fh:
+                            fh.write(json.dumps(row) + "\n")
+                        done.add(key)
+                        print(f"bench_robust: {task} {view} {arm} seed {seed}: {ret:.1f}", file=sys.stderr, flush=True)
+    rows = read_rows(a.out, a.steps)
+    print(json.dumps({"bench": "robust", "steps": a.steps, "out": a.out, "runs": len(rows), "report": report(rows)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
