@@ -152,3 +152,16 @@ def wait_until(predicate, timeout: float, what: str):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.1)
+
+
+def build_zip(payload: dict, config: dict | None = None, spaces: dict | None = None) -> tuple[bytes, dict]:
+    """A checkpoint file's bytes and its manifest, built in memory (write_checkpoint streams the
+    same bytes to disk): for tests that compare manifests or corrupt a file's bytes."""
+    import io
+
+    from sacbot.store.write import _encode, _write_zip
+
+    entries, manifest = _encode(payload, config, spaces, None)
+    buf = io.BytesIO()
+    _write_zip(buf, entries, manifest)
+    return buf.getvalue(), manifest

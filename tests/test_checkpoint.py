@@ -15,7 +15,7 @@ from functools import partial
 import numpy as np
 import pytest
 import zstandard
-from helpers import dir_digests, load_tool
+from helpers import build_zip, dir_digests, load_tool
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -63,8 +63,8 @@ def test_round_trip_restores_parameters_optimizer_rng_and_replay(tmp_path):
 
 def test_same_state_gives_same_entry_digests(tmp_path):
     st = trained_state(tmp_path)
-    _, m1 = ck.build_zip(st.payload(True))
-    _, m2 = ck.build_zip(st.payload(True))
+    _, m1 = build_zip(st.payload(True))
+    _, m2 = build_zip(st.payload(True))
     assert {n: e["sha256"] for n, e in m1["entries"].items()} == {n: e["sha256"] for n, e in m2["entries"].items()}
 
 
@@ -202,7 +202,7 @@ def test_periodic_saves_reencode_only_the_replay_chunks_written_since(tmp_path):
     assert [c["index"] for c in second["replay_chunks"]] == [2]
     ck.write_checkpoint(str(tmp_path / "a"), second, cache=cache)
     # The incremental file equals a full save of the same state, entry by entry ...
-    _, full = ck.build_zip(st.payload(True))
+    _, full = build_zip(st.payload(True))
     inc = ck.read_checkpoint(str(tmp_path / "a" / ck.LATEST))
     assert inc["manifest"]["entries"] == full["entries"]
     assert sorted(n for n in full["entries"] if n.startswith("replay-")) == [
@@ -440,7 +440,7 @@ _VALID = None
 def _valid_bytes():
     global _VALID
     if _VALID is None:
-        _VALID = ck.build_zip(trained_state(None).payload(True), spaces={"obs_dim": 3, "act_dim": 1})[0]
+        _VALID = build_zip(trained_state(None).payload(True), spaces={"obs_dim": 3, "act_dim": 1})[0]
     return _VALID
 
 
@@ -569,7 +569,7 @@ SPACES = {"obs_dim": 3, "act_dim": 1}
 def small_checkpoint_with_replay() -> tuple[dict, dict]:
     """(members, manifest) of a real checkpoint of a small bot (hidden 8, buffer 64) with a replay."""
     st = trained_state(None)
-    data, manifest = ck.build_zip(st.payload(True), config=st.cfg.to_dict() | {"buffer_size": 64}, spaces=SPACES)
+    data, manifest = build_zip(st.payload(True), config=st.cfg.to_dict() | {"buffer_size": 64}, spaces=SPACES)
     import io
     with zipfile.ZipFile(io.BytesIO(data)) as zf:
         return {i.filename: zf.read(i) for i in zf.infolist()}, manifest
@@ -753,7 +753,7 @@ def test_the_derived_cap_holds_a_full_checkpoint_and_is_not_vacuous(obs_dim, act
                       rng.standard_normal(obs_dim), False, i % 50 == 49)
     st.pending = 3
     train_pass(st)  # Adam moments exist
-    _, m = ck.build_zip(st.payload(True), config=cfg.to_dict(), spaces={"obs_dim": obs_dim, "act_dim": act_dim})
+    _, m = build_zip(st.payload(True), config=cfg.to_dict(), spaces={"obs_dim": obs_dim, "act_dim": act_dim})
     raw = sum(e["raw_size"] for e in m["entries"].values())
     cap = ck.checkpoint_byte_cap(obs_dim, act_dim, hidden, cfg.buffer_size)
     assert ck.byte_cap_for(m).bytes == cap

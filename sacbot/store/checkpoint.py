@@ -147,6 +147,5 @@ from sacbot.store.weights_dir import (  # noqa: F401
 )
 from sacbot.store.write import (  # noqa: F401
     ReplayChunkCache,
-    build_zip,
     write_checkpoint,
 )

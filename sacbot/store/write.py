@@ -6,7 +6,6 @@ Part of :mod:`sacbot.store.checkpoint`, which documents the format and re-export
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -60,15 +59,6 @@ class ReplayChunkCache:
                                       "held by the writer; the next save carries it")
             out[f"replay-{k:03d}.msgpack.zst"] = held[1:]
         return out
-
-
-def build_zip(payload: dict, config: dict | None = None, spaces: dict | None = None,
-              cache: ReplayChunkCache | None = None) -> tuple[bytes, dict]:
-    """The checkpoint file's bytes and its manifest (write_checkpoint streams the same bytes)."""
-    entries, manifest = _encode(payload, config, spaces, cache)
-    buf = io.BytesIO()
-    _write_zip(buf, entries, manifest)
-    return buf.getvalue(), manifest
 
 
 def _encode(payload: dict, config: dict | None, spaces: dict | None,
