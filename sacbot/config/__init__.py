@@ -1,11 +1,6 @@
-"""One typed config.  Its fields generate the CLI flags, ``SACBOT_*`` env vars and TOML keys.
-
-Precedence, lowest to highest: defaults < the preset of the env id (``sacbot/config/presets.py``)
-< TOML file < ``SACBOT_*`` env vars < flags.  A field ``utd_ratio`` is the TOML key
-``utd_ratio``, the env var ``SACBOT_UTD_RATIO`` and the flag ``--utd-ratio``.  The original
-bot's ``SACLSTM_*`` names are read as aliases of five of them.  A bad value raises
-:class:`ConfigError`, which names the setting, the value and what is accepted; the CLI
-turns it into exit code 2.
+"""The one config: its fields (:mod:`~sacbot.config.settings`) generate the CLI flags, ``SACBOT_*``
+variables and TOML keys; :mod:`~sacbot.config.sources` merges them; :mod:`~sacbot.config.presets`
+holds the per-env presets.  Every name of the first two is importable from here.
 
     cfg = load_config(toml_path="bot.toml", env=os.environ, cli={"utd_ratio": "2"})
 """

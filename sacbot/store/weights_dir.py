@@ -91,10 +91,13 @@ def rotate(directory: str, keep_last: int, verified: tuple[str, ...] = (), lates
     if not doomed:
         return []
     good = next((p for p in reversed(files) if p in verified or _verifies(p)), None)
+    return _unlink_all(p for p in doomed if p != good)
+
+
+def _unlink_all(paths) -> list[str]:
+    """Delete each file it can; the ones deleted (one that cannot be is left for a later pass)."""
     removed = []
-    for path in doomed:
-        if path == good:
-            continue
+    for path in paths:
         try:
             os.unlink(path)
             removed.append(path)
@@ -125,17 +128,8 @@ def remove_stale_temps(directory: str) -> list[str]:
 
     Call it only while holding the directory's ``sacbot.store.lock.WriterLock``: the lock makes this
     process the directory's one writer, and the PID check covers anything else that writes there."""
-    removed = []
-    for path in glob.glob(os.path.join(glob.escape(directory), TMP_PREFIX + "*")):
-        m = TMP_RE.match(os.path.basename(path))
-        if m and _alive(int(m.group(1))):
-            continue
-        try:
-            os.unlink(path)
-            removed.append(path)
-        except OSError:
-            pass
-    return removed
+    temps = glob.glob(os.path.join(glob.escape(directory), TMP_PREFIX + "*"))
+    return _unlink_all(p for p in temps if not ((m := TMP_RE.match(os.path.basename(p))) and _alive(int(m.group(1)))))
 
 
 def append_receipt(directory: str, record: dict, latest_name: str = LATEST) -> None:
