@@ -110,8 +110,8 @@ def test_a_cli_run_with_tensorboard_writes_its_metrics_and_episodes_as_scalars(t
     # Every line the run wrote, including the last ones written at close.
     step = [m["steps"] if "steps" in m else m["grad_steps"] for m in mets]  # cumulative (docs/reference.md)
     assert scalars["train/critic_loss"] == [(s, pytest.approx(m["critic_loss"])) for s, m in zip(step, mets)]
-    assert scalars["episode/return"] == [(e["episode"], pytest.approx(e["return"])) for e in eps]
-    assert [s for s, _ in scalars["latency/act_p50_us"]] == [e["episode"] for e in eps]
+    assert scalars["episode/return"] == [(e["env_steps"], pytest.approx(e["return"])) for e in eps]  # global_step
+    assert [s for s, _ in scalars["latency/act_p50_us"]] == [e["env_steps"] for e in eps]
 
 
 @pytest.mark.timeout(60)

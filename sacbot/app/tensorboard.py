@@ -9,7 +9,7 @@ tensorflow), so nothing on the acting or training path waits on it:
 * ``episodes.jsonl``: ``episode/return``, ``episode/length``, ``episode/won``,
   ``episode/return_avg20``, ``episode/win_rate_last20``, the same per opponent under
   ``opponent/<name>/``, and the act latency ``latency/act_p50_us``, ``act_p99_us``,
-  ``act_max_us``, at the episode number;
+  ``act_max_us``, at the episode's cumulative env step (its number in runs written before);
 * ``evals.jsonl`` (the runner's evals): ``eval/<field>`` and ``eval/<opponent>/<field>``, at
   the runner's round count.
 
@@ -120,8 +120,10 @@ class Scalars:
         return [(step, t, tag, v) for tag, v in _numbers(rec, "train/", skip=(key, "wall_time", "time"))]
 
     def episode(self, rec: dict) -> list[Row]:
-        step, t = rec.get("episode"), _wall(rec, "time")
-        ret = rec.get("return")
+        # At the cumulative env step, as SB3's and CleanRL's global_step, so curves can be laid over
+        # theirs; at the episode number for a run written before episodes carried env_steps.
+        step = rec.get("env_steps") if isinstance(rec.get("env_steps"), int) else rec.get("episode")
+        t, ret = _wall(rec, "time"), rec.get("return")
         if not isinstance(step, int) or not isinstance(ret, int | float):
             return []
         won = rec.get("won") if isinstance(rec.get("won"), bool) else None
