@@ -93,7 +93,7 @@ def prepare_workdir(inst: Install, workdir: str, turn_budget_ms: float) -> None:
     # start when it is missing; a fixed one makes the budget a choice, the same on every machine.
     with open(os.path.join(workdir, "config", "robocode.properties"), "w", encoding="utf-8") as f:
         f.write(f"robocode.cpu.constant={int(turn_budget_ms * 1e6)}\n"
-                "robocode.options.common.showResults=false\n")
+                "robocode.options.common.showResults=false\nrobocode.options.battle.desiredTPS=10000\n")
     out = os.path.join(robots, "sacbot")
     shutil.rmtree(out, ignore_errors=True)
     done = subprocess.run([inst.javac, "-Xlint:all", "-Werror", "-cp", f"{inst.jar}{os.pathsep}{inst.msgpack_jar}",
