@@ -19,8 +19,9 @@ from sacbot import checkpoint as ck
 from sacbot.robocode.install import RobocodeMissing, find_install
 from sacbot.robocode.results import parse_results, read_stats
 
-# One Robocode at a time (each battle is a JVM and a server with its learner), in one worker.
-pytestmark = pytest.mark.xdist_group("robocode")
+# One Robocode at a time (each battle is a JVM and a server with its learner), and alone: a robot starved of
+# the CPU for 30 turn budgets in a row is stopped by Robocode for the round.
+pytestmark = [pytest.mark.xdist_group("robocode"), pytest.mark.alone]
 SMALL = ["--hidden", "32", "--batch-size", "8", "--seq-len", "8", "--learning-starts", "256", "--calib-updates", "8"]
 
 
@@ -84,14 +85,15 @@ def test_a_learning_battle_checkpoints_and_its_wins_match_the_bots_episodes(trai
     assert {r.name for r in rows} == {"sacbot.SacbotRobot*", "sample.SittingDuck"}, rows
     assert sum(r.firsts for r in rows) <= 3
     played = episodes(root)
-    # Robocode's count of rounds won is the bot's own count of episodes won (every round reached the
-    # server whole here, or the line below says which did not).
-    stats = read_stats(summary["rounds_file"])
-    assert len(stats) == 3 and all(s["connected"] or s["timeouts"] for s in stats), stats
-    cut = sum(1 for s in stats if not s["connected"])
-    assert len(played) == 3 - cut, (played, stats)
+    stats = read_stats(summary["rounds_file"])  # the robot's own line for each round
+    assert summary["rounds_disabled"] == 0, "Robocode stopped the robot for skipped turns: was the machine busy?"
+    assert len(stats) == 3, stats
+    # Robocode's count of rounds won is the robot's, and the bot's episodes.jsonl: every episode whose
+    # end the robot sent is there with its outcome (a round cut by a slow reply is not, by the protocol).
+    assert summary["wins"] == sum(1 for s in stats if s["won"])
+    assert len(played) == sum(1 for s in stats if s["sends_end"]), (played, stats)
     assert summary["wins"] == sum(1 for e in played if e["won"]) + sum(1 for s in stats if s["won"] and
-                                                                        not s["connected"])
+                                                                        not s["sends_end"])
     assert summary["turns"] == sum(s["turns"] for s in stats) > 0
     assert meta["episodes"] == sum(1 for s in stats if s["steps"] > 0)  # one begun a round, whole or cut
 

@@ -168,7 +168,7 @@ class Serve:
 def run_battle(a, inst, workdir: str, out_dir: str, opponent: str, port: int) -> dict:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = os.path.join(out_dir, f"{stamp}-{opponent}")
-    battle, results, stats = base + ".battle", base + ".results.txt", base + ".rounds.jsonl"
+    battle, results, stats, log_path = base + ".battle", base + ".results.txt", base + ".rounds.jsonl", base + ".log"
     write_battle(battle, [ROBOT_ENTRY, opponent], a.rounds)
     # The robot's hello at a round's start has 300 turn budgets before Robocode gives up waiting.
     hello_ms = int(min(5000, 250 * a.turn_budget_ms))
@@ -176,7 +176,7 @@ def run_battle(a, inst, workdir: str, out_dir: str, opponent: str, port: int) ->
              "sacbot.replyMs": str(a.reply_ms), "sacbot.helloMs": str(hello_ms), "sacbot.stats": stats}
     cmd = java_command(inst, os.path.abspath(workdir), battle, results, a.tps, props)
     t0 = time.monotonic()
-    with open(os.path.join(out_dir, "robocode.log"), "ab") as log:
+    with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             code = proc.wait(a.battle_timeout)
@@ -188,11 +188,14 @@ def run_battle(a, inst, workdir: str, out_dir: str, opponent: str, port: int) ->
     seconds = time.monotonic() - t0
     if code != 0 or not os.path.isfile(results):
         raise RuntimeError(f"Robocode exited {code} against {opponent} without a results file; its output is in "
-                           f"{os.path.join(out_dir, 'robocode.log')}")
+                           f"{log_path}")
     with open(results, encoding="utf-8") as f:
         rounds, rows = parse_results(f.read())
     me, them = robot_row(rows, ROBOT), robot_row(rows, opponent)
     played = read_stats(stats)
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        # Robocode stops a robot for the round when it skips more than 30 turns in a row.
+        disabled = f.read().count(f"{ROBOT_ENTRY} has skipped too many turns")
     total = (me.score + them.score) or 1
     return {"time": time.time(), "opponent": opponent, "mode": "eval" if a.eval else "train", "rounds": rounds,
             "wins": me.firsts, "win_rate": me.firsts / rounds, "score": me.score, "opponent_score": them.score,
@@ -202,6 +205,7 @@ def run_battle(a, inst, workdir: str, out_dir: str, opponent: str, port: int) ->
             "skipped_turns": sum(int(r.get("skipped", 0)) for r in played),
             "reply_timeouts": sum(int(r.get("timeouts", 0)) for r in played),
             "rounds_unconnected": sum(1 for r in played if int(r.get("steps", 0)) == 0),
+            "rounds_disabled": disabled,
             "results_file": results, "rounds_file": stats}
 
 
@@ -251,7 +255,9 @@ def main(argv: list[str]) -> int:
             summaries.append(s)
             print(f"sacbot robocode: vs {opponent}: won {s['wins']}/{s['rounds']} ({s['win_rate']:.0%}), score share "
                   f"{s['score_share']:.0%}, {s['turns']} turns in {s['battle_s']:.1f} s, skipped turns "
-                  f"{s['skipped_turns']}, reply timeouts {s['reply_timeouts']}", flush=True)
+                  f"{s['skipped_turns']}, reply timeouts {s['reply_timeouts']}"
+                  + (f", rounds the robot was stopped for skipping turns {s['rounds_disabled']}"
+                     if s["rounds_disabled"] else ""), flush=True)
             if not a.eval:
                 with open(os.path.join(a.root, a.bot, "run", "robocode.jsonl"), "a", encoding="utf-8") as f:
                     f.write(json.dumps(s) + "\n")

@@ -160,7 +160,11 @@ public class SacbotRobot extends AdvancedRobot {
             return;
         }
         outcome = won;
-        if (episodeOpen && !firstStep) { // a first step may not end an episode: one never begun is left
+        boolean send = episodeOpen && !firstStep; // a first step may not end an episode: one never begun is left
+        episodeOpen = false;
+        // The line first: Robocode stops a robot's thread soon after its round ends, perhaps in the wait below.
+        writeStats(getRoundNum(), (int) getTime(), send);
+        if (send) {
             pendingReward += won ? 1.0 : -1.0;
             // The episode's last reply may take longer (the server records the episode); the round is decided
             // and this robot dead or about to be halted, so a longer wait costs no turn that matters.
@@ -170,8 +174,6 @@ public class SacbotRobot extends AdvancedRobot {
                 timeouts(client, Integer.getInteger("sacbot.replyMs", 5));
             }
         }
-        episodeOpen = false;
-        writeStats(getRoundNum(), (int) getTime());
     }
 
     private void apply(double[] a) {
@@ -285,10 +287,10 @@ public class SacbotRobot extends AdvancedRobot {
         // Robocode may hand over the round's end before the WinEvent or the DeathEvent of the same turn: a
         // robot with energy left and no one else alive is the last survivor, which is how Robocode counts a win.
         endEpisode(!died && getEnergy() > 0 && getOthers() == 0);
-        writeStats(getRoundNum(), e.getTurns());
+        writeStats(getRoundNum(), e.getTurns(), false);
     }
 
-    private void writeStats(int round, int turns) {
+    private void writeStats(int round, int turns, boolean sendsEnd) {
         if (statsWritten) {
             return;
         }
@@ -300,8 +302,8 @@ public class SacbotRobot extends AdvancedRobot {
         try (Writer w = new FileWriter(file, true)) {
             w.write(String.format(Locale.ROOT,
                     "{\"round\": %d, \"turns\": %d, \"steps\": %d, \"skipped\": %d, \"timeouts\": %d, "
-                            + "\"max_reply_ms\": %.3f, \"connected\": %b, \"won\": %b, \"error\": \"%s\"}%n",
-                    round, turns, steps, skipped, timeouts, maxReplyMs, client != null, outcome,
+                            + "\"max_reply_ms\": %.3f, \"connected\": %b, \"won\": %b, \"sends_end\": %b, \"error\": \"%s\"}%n",
+                    round, turns, steps, skipped, timeouts, maxReplyMs, client != null, outcome, sendsEnd,
                     lastError.replace("\\", "\\\\").replace("\"", "'")));
         } catch (IOException ignored) {
             // the stats are a measurement aid: a robot that cannot write them plays on
