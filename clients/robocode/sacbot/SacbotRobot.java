@@ -25,8 +25,9 @@ import robocode.util.Utils;
  * <p>Configured by system properties of Robocode's JVM (which must run with {@code -DNOSECURITY=true} for the
  * socket): {@code sacbot.port} (7373), {@code sacbot.bot} ("robocode"), {@code sacbot.opponent} (the opponent's
  * name for {@code new_episode}), {@code sacbot.replyMs} (how long a reply may take, 5), {@code sacbot.helloMs}
- * (how long the hello may take at a round's start, 2000), {@code sacbot.stats} (a file that gets one JSON line a
- * round; none when unset).
+ * (how long the hello may take at a round's start, 2000), {@code sacbot.endMs} (how long an episode's last reply
+ * and {@code new_episode}'s may take, 1000), {@code sacbot.stats} (a file that gets one JSON line a round; none
+ * when unset).
  *
  * <p>Robocode waits for a robot's turn only {@code robocode.cpu.constant} ns and skips the turn after it, so a
  * reply later than {@code sacbot.replyMs} drops the connection (the server ends that episode there, nothing made
