@@ -151,3 +151,21 @@ def test_the_server_killed_mid_battle_leaves_robocode_standing_and_the_next_batt
     assert done.returncode == 0, done.stdout + done.stderr
     # The killed server saved nothing: the new one starts from the checkpoint before it.
     assert f"resumed from {newest}, {saved_episodes} episodes so far" in done.stdout, done.stdout
+
+
+@pytest.mark.timeout(120)
+def test_bad_input_exits_2_naming_it_and_starts_nothing(tmp_path):
+    def bad(*args):
+        done = subprocess.run([sys.executable, "-m", "sacbot", "robocode", "--root", str(tmp_path / "r"), *args],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stdout + done.stderr
+        return done.stderr
+
+    assert "--rounds = 0 is not accepted" in bad("--rounds", "0")
+    assert "--reply-ms = 200 is not accepted" in bad("--reply-ms", "200")
+    assert "--root after -- is not accepted" in bad("--", "--root", "x")  # it sets the server's root
+    assert "is not a directory" in bad("--robocode", str(tmp_path / "nowhere"))
+    if MISSING is None:
+        err = bad("--opponents", "sample.SittingDuck,sample.Nobody")
+        assert "unknown robot 'sample.Nobody'" in err and "sample.SpinBot" in err
+    assert not (tmp_path / "r").exists()
