@@ -10,10 +10,12 @@ run:
 # single-threaded, so on CI's 2 cores this halves it.  nproc, not xdist's "auto", because nproc
 # honours the CPUs this process may use (auto may count the host's); at most 4 workers, because each
 # imports torch and the cluster test fails when its processes are starved.  `make test JOBS=1`
-# runs it on one.  --dist loadgroup keeps the Ray tests on one worker (tests/test_cluster.py).
+# runs it on one.  --dist loadgroup keeps the Ray tests on one worker (tests/test_cluster.py), and the
+# Robocode battles on one (tests/test_robocode.py).  Setup installs the JDK, msgpack-java and Robocode
+# from the OS packages where they are missing, so the Java client's and Robocode's tests run.
 JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo $$n)
 test:
-	./tools/setup.sh test
+	./tools/setup.sh test,java,robocode
 	.venv/bin/ruff check sacbot envs tools tests
 	.venv/bin/lint-imports
 	.venv/bin/pytest -q -n $(JOBS) --dist loadgroup -m "not alone"

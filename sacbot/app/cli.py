@@ -62,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("inspect", help="verify a checkpoint and summarise its manifest")
     sp.add_argument("file")
     sub.add_parser("runner", help="launch N bots and restart frozen ones (sacbot runner --help)", add_help=False)
+    sub.add_parser("robocode", help="Robocode battles, the bot learning (sacbot robocode --help)", add_help=False)
     sp = sub.add_parser("plot", help="one overview image of a run, or of several overlaid (needs the plot extra)",
                         description="Draw a run's return and win rate per opponent against env steps, each loss "
                                     "and alpha on its own axis, gradient steps/s, drops, act() latency and evals, "
@@ -247,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["runner"]:  # its own parser: everything after -- goes to the bots
         from sacbot.app.runner import main as runner_main
         return runner_main(argv[1:])
+    if argv[:1] == ["robocode"]:  # its own parser, as the runner's: everything after -- goes to sacbot serve
+        from sacbot.robocode.command import main as robocode_main
+        return robocode_main(argv[1:])
     try:
         return _main(argv)
     except KeyboardInterrupt:

@@ -1,0 +1,322 @@
+package sacbot;
+
+import java.io.FileWriter;
+import java.io.IOException;
+import java.io.Writer;
+import java.util.Locale;
+
+import robocode.AdvancedRobot;
+import robocode.BattleEndedEvent;
+import robocode.BulletHitEvent;
+import robocode.DeathEvent;
+import robocode.HitByBulletEvent;
+import robocode.HitWallEvent;
+import robocode.RoundEndedEvent;
+import robocode.Rules;
+import robocode.ScannedRobotEvent;
+import robocode.SkippedTurnEvent;
+import robocode.WinEvent;
+import robocode.util.Utils;
+
+/**
+ * A Robocode robot driven by {@code sacbot serve}: every turn it sends one observation and applies the
+ * action that comes back; a round is one episode.
+ *
+ * <p>Configured by system properties of Robocode's JVM (which must run with {@code -DNOSECURITY=true} for the
+ * socket): {@code sacbot.port} (7373), {@code sacbot.bot} ("robocode"), {@code sacbot.opponent} (the opponent's
+ * name for {@code new_episode}), {@code sacbot.replyMs} (how long a reply may take, 5), {@code sacbot.helloMs}
+ * (how long the hello may take at a round's start, 2000), {@code sacbot.endMs} (how long an episode's last reply
+ * and {@code new_episode}'s may take, 1000), {@code sacbot.stats} (a file that gets one JSON line a round; none
+ * when unset).
+ *
+ * <p>Robocode waits for a robot's turn only {@code robocode.cpu.constant} ns and skips the turn after it, so a
+ * reply later than {@code sacbot.replyMs} drops the connection (the server ends that episode there, nothing made
+ * up) and the robot stands still for the rest of the round; it connects again at the next round's start, where
+ * Robocode allows a robot 300 turns' budget to begin. A server that is gone costs one refused connect a round.
+ */
+public class SacbotRobot extends AdvancedRobot {
+    static final int OBS = 22;
+    static final int ACT = 5;
+    // Reward: damage (energy) dealt minus taken, in units of REWARD_SCALE energy; the round's outcome +-1.
+    static final double REWARD_SCALE = 50.0;
+
+    // One connection and one set of counters for the whole battle: Robocode makes a new robot object each
+    // round but keeps the class, and its statics, until the battle ends.
+    private static SacbotClient client;
+    private static boolean gaveUp; // a refusal that another hello cannot mend (wrong spaces or settings)
+    private static String lastError = "";
+
+    // This round's state.
+    private boolean episodeOpen;
+    private double pendingReward;
+    private boolean firstStep = true;
+    private int steps;
+    private int skipped;
+    private int timeouts;
+    private double maxReplyMs;
+    private double lastVelocity;
+    private boolean seen;
+    private double enemyX;
+    private double enemyY;
+    private double enemyHeading;
+    private double enemyVelocity;
+    private double enemyEnergy;
+    private long scanTime;
+    private Boolean outcome;
+    private boolean statsWritten;
+    private boolean died;
+
+    @Override
+    public void run() {
+        setAdjustGunForRobotTurn(true);
+        setAdjustRadarForGunTurn(true);
+        startEpisode();
+        double[] action = new double[ACT];
+        while (true) {
+            if (episodeOpen) {
+                double[] a = step(observe(), firstStep ? null : takeReward(), false, null);
+                firstStep = false;
+                action = a == null ? new double[ACT] : a; // lost the server: stand still
+            }
+            apply(action);
+            lastVelocity = getVelocity();
+            execute();
+        }
+    }
+
+    private void startEpisode() {
+        String opponent = System.getProperty("sacbot.opponent", "");
+        if (client == null && !gaveUp) {
+            int port = Integer.getInteger("sacbot.port", SacbotClient.DEFAULT_PORT);
+            String bot = System.getProperty("sacbot.bot", "robocode");
+            SacbotClient.Box obs = new SacbotClient.Box(new int[] {OBS}, -1.0, 1.0);
+            SacbotClient.Box act = new SacbotClient.Box(new int[] {ACT}, -1.0, 1.0);
+            SacbotClient c = new SacbotClient("127.0.0.1", port, bot, obs, act, System.getProperty("sacbot.token"));
+            // connectFor 0: a single attempt; a server that is not there costs a refused connect, not a wait.
+            timeouts(c, Integer.getInteger("sacbot.replyMs", 5));
+            try {
+                c.connect();
+                client = c;
+            } catch (SacbotClient.ServerError e) {
+                lastError = e.getMessage();
+                gaveUp = "spaces_mismatch".equals(e.code) || "bot_refused".equals(e.code) || "auth".equals(e.code)
+                        || "version".equals(e.code);
+            } catch (IOException | RuntimeException e) {
+                lastError = String.valueOf(e);
+            }
+        }
+        if (client != null) {
+            try {
+                // A round's start has Robocode's start-up allowance: the server may still be recording the
+                // last episode, so new_episode gets the longer wait too.
+                timeouts(client, Integer.getInteger("sacbot.endMs", 1000));
+                client.newEpisode(opponent);
+                timeouts(client, Integer.getInteger("sacbot.replyMs", 5));
+                episodeOpen = true;
+            } catch (IOException | RuntimeException e) {
+                lost(e);
+            }
+        }
+    }
+
+    private static void timeouts(SacbotClient c, int replyMs) {
+        c.timeouts(replyMs / 1000.0, Integer.getInteger("sacbot.helloMs", 2000) / 1000.0, 0.0);
+    }
+
+    private double[] step(double[] o, Double reward, boolean terminated, Boolean won) {
+        long t0 = System.nanoTime();
+        try {
+            double[] a = client.step(o, reward, terminated, false, won);
+            steps++;
+            return a;
+        } catch (IOException | RuntimeException e) { // a garbled reply too: the robot plays on, never throws
+            if (e.getCause() instanceof java.net.SocketTimeoutException) {
+                timeouts++;
+            }
+            lost(e);
+            return null;
+        } finally {
+            maxReplyMs = Math.max(maxReplyMs, (System.nanoTime() - t0) / 1e6);
+        }
+    }
+
+    private void lost(Exception e) {
+        lastError = String.valueOf(e);
+        episodeOpen = false;
+        if (client != null) {
+            client.disconnect();
+            client = null;
+        }
+    }
+
+    private double takeReward() {
+        double r = pendingReward;
+        pendingReward = 0.0;
+        return r;
+    }
+
+    /** Ends the episode with the round's outcome (once: Robocode may report the end more than one way). */
+    private void endEpisode(boolean won) {
+        if (outcome != null) {
+            return;
+        }
+        outcome = won;
+        boolean send = episodeOpen && !firstStep; // a first step may not end an episode: one never begun is left
+        episodeOpen = false;
+        // The line first: Robocode stops a robot's thread soon after its round ends, perhaps in the wait below.
+        writeStats(getRoundNum(), (int) getTime(), send);
+        if (send) {
+            pendingReward += won ? 1.0 : -1.0;
+            // The episode's last reply may take longer (the server records the episode); the round is decided
+            // and this robot dead or about to be halted, so a longer wait costs no turn that matters.
+            timeouts(client, Integer.getInteger("sacbot.endMs", 1000));
+            step(observe(), takeReward(), true, won);
+            if (client != null) {
+                timeouts(client, Integer.getInteger("sacbot.replyMs", 5));
+            }
+        }
+    }
+
+    private void apply(double[] a) {
+        double move = clip(a[0]);
+        setMaxVelocity(Math.abs(move) * Rules.MAX_VELOCITY);
+        setAhead(move >= 0 ? 1e5 : -1e5);
+        setTurnRightRadians(clip(a[1]) * Rules.MAX_TURN_RATE_RADIANS);
+        setTurnGunRightRadians(clip(a[2]) * Rules.GUN_TURN_RATE_RADIANS);
+        setTurnRadarRightRadians(clip(a[3]) * Rules.RADAR_TURN_RATE_RADIANS);
+        double fire = clip(a[4]);
+        if (fire > 0.0 && getGunHeat() == 0.0) { // below 0: hold fire
+            setFire(Rules.MIN_BULLET_POWER + fire * (Rules.MAX_BULLET_POWER - Rules.MIN_BULLET_POWER));
+        }
+    }
+
+    /** What the robot knows now, each value in [-1, 1] (docs/robocode.md lists them). */
+    double[] observe() {
+        double w = getBattleFieldWidth();
+        double h = getBattleFieldHeight();
+        double x = getX();
+        double y = getY();
+        double heading = getHeadingRadians();
+        double[] o = new double[OBS];
+        o[0] = 2 * x / w - 1;
+        o[1] = 2 * y / h - 1;
+        o[2] = Math.sin(heading);
+        o[3] = Math.cos(heading);
+        o[4] = getVelocity() / Rules.MAX_VELOCITY;
+        o[5] = getEnergy() / 50.0 - 1;
+        o[6] = getGunHeat() / 1.5 - 1; // 3 at a round's start, 1.6 after a full-power shot
+        o[7] = Math.sin(getGunHeadingRadians());
+        o[8] = Math.cos(getGunHeadingRadians());
+        o[9] = Math.sin(getRadarHeadingRadians());
+        o[10] = Math.cos(getRadarHeadingRadians());
+        if (seen) {
+            double dx = enemyX - x;
+            double dy = enemyY - y;
+            double toEnemy = Math.atan2(dx, dy); // Robocode's angles: 0 north, clockwise
+            double bearing = Utils.normalRelativeAngle(toEnemy - heading);
+            o[11] = Math.sin(bearing);
+            o[12] = Math.cos(bearing);
+            o[13] = Math.hypot(dx, dy) / 500.0 - 1;
+            o[14] = Math.sin(enemyHeading);
+            o[15] = Math.cos(enemyHeading);
+            o[16] = enemyVelocity / Rules.MAX_VELOCITY;
+            o[17] = enemyEnergy / 50.0 - 1;
+            o[18] = Math.min(getTime() - scanTime, 100) / 50.0 - 1;
+            o[19] = Utils.normalRelativeAngle(toEnemy - getGunHeadingRadians()) / Math.PI;
+            o[20] = Utils.normalRelativeAngle(toEnemy - getRadarHeadingRadians()) / Math.PI;
+            o[21] = 1;
+        } else {
+            o[13] = 1;
+            o[18] = 1;
+            o[21] = -1;
+        }
+        for (int i = 0; i < OBS; i++) {
+            o[i] = clip(o[i]);
+        }
+        return o;
+    }
+
+    private static double clip(double v) {
+        return Double.isNaN(v) ? 0.0 : Math.max(-1.0, Math.min(1.0, v));
+    }
+
+    @Override
+    public void onScannedRobot(ScannedRobotEvent e) {
+        double abs = getHeadingRadians() + e.getBearingRadians();
+        seen = true;
+        enemyX = getX() + e.getDistance() * Math.sin(abs);
+        enemyY = getY() + e.getDistance() * Math.cos(abs);
+        enemyHeading = e.getHeadingRadians();
+        enemyVelocity = e.getVelocity();
+        enemyEnergy = e.getEnergy();
+        scanTime = e.getTime();
+    }
+
+    @Override
+    public void onBulletHit(BulletHitEvent e) {
+        pendingReward += Rules.getBulletDamage(e.getBullet().getPower()) / REWARD_SCALE;
+    }
+
+    @Override
+    public void onHitByBullet(HitByBulletEvent e) {
+        pendingReward -= Rules.getBulletDamage(e.getPower()) / REWARD_SCALE;
+    }
+
+    @Override
+    public void onHitWall(HitWallEvent e) {
+        pendingReward -= Rules.getWallHitDamage(lastVelocity) / REWARD_SCALE;
+    }
+
+    @Override
+    public void onSkippedTurn(SkippedTurnEvent e) {
+        skipped++;
+    }
+
+    @Override
+    public void onWin(WinEvent e) {
+        endEpisode(true);
+    }
+
+    @Override
+    public void onDeath(DeathEvent e) {
+        died = true;
+        endEpisode(false);
+    }
+
+    @Override
+    public void onRoundEnded(RoundEndedEvent e) {
+        // Robocode may hand over the round's end before the WinEvent or the DeathEvent of the same turn: a
+        // robot with energy left and no one else alive is the last survivor, which is how Robocode counts a win.
+        endEpisode(!died && getEnergy() > 0 && getOthers() == 0);
+        writeStats(getRoundNum(), e.getTurns(), false);
+    }
+
+    private void writeStats(int round, int turns, boolean sendsEnd) {
+        if (statsWritten) {
+            return;
+        }
+        statsWritten = true;
+        String file = System.getProperty("sacbot.stats");
+        if (file == null) {
+            return;
+        }
+        try (Writer w = new FileWriter(file, true)) {
+            w.write(String.format(Locale.ROOT,
+                    "{\"round\": %d, \"turns\": %d, \"steps\": %d, \"skipped\": %d, \"timeouts\": %d, "
+                            + "\"max_reply_ms\": %.3f, \"connected\": %b, \"won\": %b, \"sends_end\": %b, \"error\": \"%s\"}%n",
+                    round, turns, steps, skipped, timeouts, maxReplyMs, client != null, outcome, sendsEnd,
+                    lastError.replace("\\", "\\\\").replace("\"", "'")));
+        } catch (IOException ignored) {
+            // the stats are a measurement aid: a robot that cannot write them plays on
+        }
+        lastError = "";
+    }
+
+    @Override
+    public void onBattleEnded(BattleEndedEvent e) {
+        if (client != null) {
+            client.close(); // a goodbye: the server keeps the bot loaded and saves it at its own stop
+            client = null;
+        }
+    }
+}

@@ -1,0 +1,14 @@
+"""``sacbot robocode``: a sacbot bot learns to fight in Robocode (robocode.sourceforge.io).
+
+``install`` finds Robocode and prepares its working directory (the robot compiled from
+``clients/robocode/`` and ``clients/java/``, the ``.battle`` files, the turn budget); ``results``
+reads Robocode's results file and the robot's per-round lines; ``command`` runs ``sacbot serve`` and
+the battles.  docs/robocode.md has the observation, action and reward mapping and the numbers.
+"""
+
+ROBOT = "sacbot.SacbotRobot"
+# Robocode lists a robot compiled into its robots/ folder (no jar) as a development version, with a '*'.
+ROBOT_ENTRY = ROBOT + "*"
+OBS_SIZE = 22
+ACT_SIZE = 5
+OPPONENTS = ("sample.SittingDuck", "sample.SpinBot", "sample.Walls", "sample.Tracker")

@@ -1,0 +1,286 @@
+"""``sacbot robocode``: headless Robocode battles against sample robots, the sacbot robot learning
+(or, with --eval, playing its newest checkpoint deterministically).
+
+``sacbot serve`` runs as a child process, not in this one: killing or losing it (the tests do) leaves
+this command standing to read Robocode's results and say what happened, and the server keeps its own
+signal handling, final save and exit codes unchanged.  Exit codes are ``sacbot run``'s: 0 ok, 2 bad
+input (nothing started), 1 a failure (the server or Robocode did not finish as they should).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from sacbot.robocode import ACT_SIZE, OBS_SIZE, OPPONENTS, ROBOT, ROBOT_ENTRY
+from sacbot.robocode.install import (
+    RobocodeMissing,
+    find_install,
+    java_command,
+    prepare_workdir,
+    sample_robots,
+    write_battle,
+)
+from sacbot.robocode.results import ResultsError, parse_results, read_stats, robot_row
+
+# The settings a new bot starts with unless flags after -- say otherwise: a process learner (a thread
+# learner shares the server's GIL, and replies then overran a 10 ms budget at learning's start), and
+# TankDuel's learning settings (small rewards: a low initial temperature; n-step returns).
+SERVE_DEFAULTS = ("--learner", "process", "--init-alpha", "0.02", "--n-step", "5", "--burn-in", "8")
+OBS_SPACE = {"shape": [OBS_SIZE], "low": -1.0, "high": 1.0}
+ACT_SPACE = {"shape": [ACT_SIZE], "low": -1.0, "high": 1.0}
+
+
+class UsageError(Exception):
+    pass
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="sacbot robocode",
+        description="Headless Robocode battles of the sacbot robot (clients/robocode/) against sample robots, "
+                    "one battle of --rounds rounds per opponent, the bot learning through sacbot serve (or "
+                    "playing its newest checkpoint with --eval). Flags after -- go to sacbot serve (e.g. "
+                    "-- --hidden 128 --seed 3). docs/robocode.md has the details.",
+        epilog="exit codes: 0 ok, 2 bad input or Robocode missing (nothing started), 1 a failure")
+    p.add_argument("--root", default="runs/robocode",
+                   help="the bots (ROOT/<bot>/weights, ROOT/<bot>/run), Robocode's working directory "
+                        "ROOT/_robocode and each battle's files (default runs/robocode)")
+    p.add_argument("--bot", default="robocode", help="the bot's name (default robocode)")
+    p.add_argument("--opponents", default=OPPONENTS[0],
+                   help=f"comma-separated sample robots to fight, one battle each (default {OPPONENTS[0]}; "
+                        f"e.g. {','.join(OPPONENTS)})")
+    p.add_argument("--rounds", type=int, default=10, help="rounds per battle (default 10)")
+    p.add_argument("--eval", action="store_true",
+                   help="play the newest checkpoint deterministically; nothing under ROOT is written (Robocode's "
+                        "files go to a temporary directory)")
+    p.add_argument("--robocode", metavar="DIR", default=None,
+                   help="a Robocode folder (robocode.jar or libs/robocode.jar, robots/sample); default: Debian's "
+                        "package, found with dpkg -L robocode")
+    p.add_argument("--java", default="java", help="the java to run Robocode with (default: java on PATH)")
+    p.add_argument("--turn-budget-ms", type=float, default=100.0,
+                   help="the time a robot's turn may take before Robocode skips it (robocode.cpu.constant; "
+                        "default 100)")
+    p.add_argument("--reply-ms", type=int, default=80,
+                   help="how long the robot waits for an action before it drops the connection and stands still "
+                        "for the rest of the round (default 80; less than --turn-budget-ms)")
+    p.add_argument("--battle-timeout", type=float, default=3600.0,
+                   help="seconds a battle may take before Robocode is killed (default 3600)")
+    p.add_argument("--port", type=int, default=0, help="the server's TCP port (default 0: a free one)")
+    return p
+
+
+def _opponents(spec: str, available: list[str]) -> list[str]:
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    if not names:
+        raise UsageError("--opponents is empty: name at least one sample robot, e.g. sample.SittingDuck")
+    for n in names:
+        if n not in available:
+            raise UsageError(f"--opponents: unknown robot {n!r}; expected sample robots of this Robocode, e.g. "
+                             f"{', '.join(OPPONENTS)} (all: {', '.join(available)})")
+    if len(set(names)) != len(names):
+        raise UsageError(f"--opponents names a robot twice: {spec!r}")
+    return names
+
+
+def check(a) -> None:
+    if not 1 <= a.rounds <= 100_000:
+        raise UsageError(f"--rounds = {a.rounds} is not accepted: expected an integer in [1, 100000]")
+    if not 1.0 <= a.turn_budget_ms <= 1000.0:
+        raise UsageError(f"--turn-budget-ms = {a.turn_budget_ms} is not accepted: expected a number in [1, 1000]")
+    if not 1 <= a.reply_ms < a.turn_budget_ms:
+        raise UsageError(f"--reply-ms = {a.reply_ms} is not accepted: expected an integer from 1 to below "
+                         f"--turn-budget-ms ({a.turn_budget_ms:g})")
+    if not 1.0 <= a.battle_timeout <= 7 * 86400:
+        raise UsageError(f"--battle-timeout = {a.battle_timeout} is not accepted: expected seconds in [1, 604800]")
+    if not 0 <= a.port <= 65535:
+        raise UsageError(f"--port = {a.port} is not accepted: expected 0 to 65535")
+    if not a.root.strip() or (os.path.exists(a.root) and not os.path.isdir(a.root)):
+        raise UsageError(f"--root {a.root!r} is not accepted: expected a directory")
+    bad = [f for f in a.serve_args if f.split("=")[0] in ("--root", "--port", "--eval", "--socket", "--host")]
+    if bad:
+        raise UsageError(f"{bad[0].split('=')[0]} after -- is not accepted: sacbot robocode sets it (use its own "
+                         "--root, --port and --eval)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _eval_root(root: str, bot: str, tmp: str) -> str:
+    """A server root for eval whose bot reads ROOT/<bot>/weights and writes nowhere under ROOT."""
+    weights = os.path.join(root, bot, "weights")
+    if not os.path.isdir(weights):
+        raise UsageError(f"--eval: {weights} does not exist: train the bot first (sacbot robocode without --eval)")
+    sroot = os.path.join(tmp, "serve")
+    os.makedirs(os.path.join(sroot, bot, "run"))
+    os.symlink(os.path.abspath(weights), os.path.join(sroot, bot, "weights"))
+    return sroot
+
+
+class Serve:
+    """``sacbot serve`` as a child process, and the bot loaded in it before Robocode starts: the robot's
+    own hello, at a round's start, must fit Robocode's start-up allowance."""
+
+    def __init__(self, root: str, port: int, eval_mode: bool, extra: list[str], log_path: str):
+        self.port = port
+        cmd = [sys.executable, "-m", "sacbot", "serve", "--root", root, "--port", str(port), "--env", "robocode",
+               "--quiet", *SERVE_DEFAULTS, *(["--eval"] if eval_mode else []), *extra]
+        self.log = open(log_path, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def warm(self, bot: str) -> dict:
+        from sacbot.serve.client import SacbotClient, ServerError
+
+        c = SacbotClient(bot, OBS_SPACE, ACT_SPACE, port=self.port, timeout=30, hello_timeout=300, connect_for=120)
+        try:
+            welcome = c.connect()
+        except ServerError as e:
+            if e.code in ("spaces_mismatch", "bot_refused", "bot_unavailable"):
+                raise UsageError(f"sacbot serve refused the bot: {e.code}: {e.message}") from None
+            raise
+        finally:
+            c.close()
+        return welcome
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 300.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)  # every bot's final save
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+def run_battle(a, inst, workdir: str, out_dir: str, opponent: str, port: int) -> dict:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = os.path.join(out_dir, f"{stamp}-{opponent}")
+    battle, results, stats, log_path = base + ".battle", base + ".results.txt", base + ".rounds.jsonl", base + ".log"
+    write_battle(battle, [ROBOT_ENTRY, opponent], a.rounds)
+    # The robot's hello at a round's start has 300 turn budgets before Robocode gives up waiting.
+    hello_ms = int(min(5000, 250 * a.turn_budget_ms))
+    props = {"sacbot.port": str(port), "sacbot.bot": a.bot, "sacbot.opponent": opponent,
+             "sacbot.replyMs": str(a.reply_ms), "sacbot.helloMs": str(hello_ms), "sacbot.stats": stats}
+    # -tps 10000, Robocode's most: without a display Robocode does not hold turns back to a TPS anyway.
+    cmd = java_command(inst, os.path.abspath(workdir), battle, results, 10000, props)
+    t0 = time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(a.battle_timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise RuntimeError(f"the battle against {opponent} took more than --battle-timeout "
+                               f"{a.battle_timeout:g} s; Robocode was killed") from None
+    seconds = time.monotonic() - t0
+    if code != 0 or not os.path.isfile(results):
+        raise RuntimeError(f"Robocode exited {code} against {opponent} without a results file; its output is in "
+                           f"{log_path}")
+    with open(results, encoding="utf-8") as f:
+        rounds, rows = parse_results(f.read())
+    me, them = robot_row(rows, ROBOT), robot_row(rows, opponent)
+    played = read_stats(stats)
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        # Robocode stops a robot for the round when it skips more than 30 turns in a row.
+        disabled = f.read().count(f"{ROBOT_ENTRY} has skipped too many turns")
+    total = (me.score + them.score) or 1
+    return {"time": time.time(), "opponent": opponent, "mode": "eval" if a.eval else "train", "rounds": rounds,
+            "wins": me.firsts, "win_rate": me.firsts / rounds, "score": me.score, "opponent_score": them.score,
+            "score_share": me.score / total, "battle_s": round(seconds, 3),
+            "turns": sum(int(r.get("turns", 0)) for r in played),
+            "steps": sum(int(r.get("steps", 0)) for r in played),
+            "skipped_turns": sum(int(r.get("skipped", 0)) for r in played),
+            "reply_timeouts": sum(int(r.get("timeouts", 0)) for r in played),
+            "rounds_unconnected": sum(1 for r in played if int(r.get("steps", 0)) == 0),
+            "rounds_disabled": disabled,
+            "results_file": results, "rounds_file": stats}
+
+
+def main(argv: list[str]) -> int:
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    else:
+        extra = []
+    a = parser().parse_args(argv)
+    a.serve_args = extra
+    tmp = None
+    try:
+        check(a)
+        inst = find_install(a.robocode, a.java)
+        opponents = _opponents(a.opponents, sample_robots(inst))
+        if a.eval:
+            tmp = tempfile.mkdtemp(prefix="sacbot-robocode-eval-")
+            sroot, workdir, out_dir = _eval_root(a.root, a.bot, tmp), os.path.join(tmp, "robocode"), tmp
+        else:
+            sroot, workdir = a.root, os.path.join(a.root, "_robocode")  # "_": never a bot's name
+            out_dir = os.path.join(workdir, "battles")
+            os.makedirs(out_dir, exist_ok=True)
+        prepare_workdir(inst, workdir, a.turn_budget_ms)
+    except (UsageError, RobocodeMissing) as e:
+        print(f"sacbot robocode: {e}", file=sys.stderr)
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return 2
+    except (RuntimeError, OSError) as e:
+        print(f"sacbot robocode: {e}", file=sys.stderr)
+        return 1
+    port = a.port or _free_port()
+    serve = Serve(sroot, port, a.eval, a.serve_args, os.path.join(out_dir, "serve.log"))
+    code, summaries = 0, []
+    try:
+        try:
+            welcome = serve.warm(a.bot)
+        except UsageError as e:
+            print(f"sacbot robocode: {e}", file=sys.stderr)
+            return 2
+        print(f"sacbot robocode: bot {a.bot} ({welcome['mode']}), "
+              f"{'resumed from ' + welcome['resumed_from'] if welcome.get('resumed_from') else 'started fresh'}, "
+              f"{welcome['episodes']} episodes so far; server on port {port}", flush=True)
+        for opponent in opponents:
+            s = run_battle(a, inst, workdir, out_dir, opponent, port)
+            summaries.append(s)
+            print(f"sacbot robocode: vs {opponent}: won {s['wins']}/{s['rounds']} ({s['win_rate']:.0%}), score share "
+                  f"{s['score_share']:.0%}, {s['turns']} turns in {s['battle_s']:.1f} s, skipped turns "
+                  f"{s['skipped_turns']}, reply timeouts {s['reply_timeouts']}"
+                  + (f", rounds the robot was stopped for skipping turns {s['rounds_disabled']}"
+                     if s["rounds_disabled"] else ""), flush=True)
+            if not a.eval:
+                with open(os.path.join(a.root, a.bot, "run", "robocode.jsonl"), "a", encoding="utf-8") as f:
+                    f.write(json.dumps(s) + "\n")
+            if not serve.alive():
+                raise RuntimeError(f"sacbot serve exited ({serve.proc.returncode}) during the battle against "
+                                   f"{opponent}; the robot stood still once it lost the server, and the next run "
+                                   f"resumes from the newest checkpoint")
+    except (RuntimeError, ResultsError, OSError, ConnectionError) as e:
+        print(f"sacbot robocode: {e}", file=sys.stderr)
+        code = 1
+    finally:
+        served = serve.stop()
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if code == 0 and served != 0:
+        print(f"sacbot robocode: sacbot serve exited {served} (its log: {os.path.join(out_dir, 'serve.log')})",
+              file=sys.stderr)
+        code = 1
+    if summaries:
+        print(json.dumps({"bot": a.bot, "mode": "eval" if a.eval else "train",
+                          "win_rates": {s["opponent"]: s["win_rate"] for s in summaries}}))
+    return code

@@ -1,0 +1,71 @@
+"""Robocode's results file (``-results FILE``) and the robot's per-round stats lines, parsed."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+# "1st: sample.Walls\t1804 (100%)\t500\t100\t996\t200\t8\t0\t10\t0\t0\t"
+_ROW = re.compile(r"^\s*(\d+)(?:st|nd|rd|th):\s+(.+?)\s*\t\s*(-?\d+)(?:\s+\((\d+)%\))?\s*\t(.*)$")
+
+
+class ResultsError(ValueError):
+    pass
+
+
+@dataclass
+class Row:
+    rank: int
+    name: str
+    score: int
+    score_pct: int | None
+    firsts: int
+    seconds: int
+
+
+def parse_results(text: str) -> tuple[int, list[Row]]:
+    """``(rounds, rows)`` from the results file; ResultsError when it is not one."""
+    lines = text.splitlines()
+    m = re.match(r"^Results for (\d+) rounds", lines[0].strip()) if lines else None
+    if not m:
+        raise ResultsError(f"not a Robocode results file: it starts {lines[0][:60]!r}" if lines else
+                           "the results file is empty")
+    rows = []
+    for line in lines[2:]:
+        if not line.strip():
+            continue
+        r = _ROW.match(line)
+        if not r:
+            raise ResultsError(f"unexpected line in the results file: {line!r}")
+        cols = [c.strip() for c in r.group(5).split("\t") if c.strip()]
+        if len(cols) < 9:
+            raise ResultsError(f"expected 10 columns after the name, got {len(cols) + 1}: {line!r}")
+        # Survival, Surv Bonus, Bullet Dmg, Bullet Bonus, Ram Dmg * 2, Ram Bonus, 1sts, 2nds, 3rds
+        rows.append(Row(int(r.group(1)), r.group(2), int(r.group(3)),
+                        None if r.group(4) is None else int(r.group(4)), int(cols[6]), int(cols[7])))
+    if not rows:
+        raise ResultsError("the results file lists no robot")
+    return int(m.group(1)), rows
+
+
+def robot_row(rows: list[Row], name: str) -> Row:
+    for row in rows:
+        if row.name.rstrip("*").split(" ")[0] == name:
+            return row
+    raise ResultsError(f"{name} is not in the results ({', '.join(r.name for r in rows)})")
+
+
+def read_stats(path: str) -> list[dict]:
+    """The robot's lines, one a round it played (the robot writes them; a torn last line is skipped)."""
+    out = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue
+    except FileNotFoundError:
+        pass
+    return out

@@ -1,0 +1,178 @@
+"""sacbot robocode: headless Robocode battles of the sacbot robot (clients/robocode/) against
+sample.SittingDuck, learning and in eval, and a server killed in the middle of a battle.  Skipped
+where Robocode is not installed (./tools/setup.sh robocode)."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sacbot.robocode.install import RobocodeMissing, find_install
+from sacbot.robocode.results import parse_results, read_stats
+from sacbot.store import checkpoint as ck
+
+# One Robocode at a time (each battle is a JVM and a server with its learner), and alone: a robot starved of
+# the CPU for 30 turn budgets in a row is stopped by Robocode for the round.
+pytestmark = [pytest.mark.xdist_group("robocode"), pytest.mark.alone]
+SMALL = ["--hidden", "32", "--batch-size", "8", "--seq-len", "8", "--learning-starts", "256", "--calib-updates", "8"]
+
+
+def _missing() -> str | None:
+    try:
+        find_install()
+    except RobocodeMissing as e:
+        return str(e)
+    return None
+
+
+MISSING = _missing()
+needs_robocode = pytest.mark.skipif(MISSING is not None, reason=f"Robocode's tests need it: {MISSING}")
+
+
+def robocode(root, *args, timeout: float = 150) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sacbot", "robocode", "--root", str(root), "--battle-timeout", "100",
+                           *args, "--", *SMALL], capture_output=True, text=True, timeout=timeout)
+
+
+def digests(root) -> dict[str, str]:
+    out = {}
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def episodes(root, bot="robocode") -> list[dict]:
+    with open(os.path.join(root, bot, "run", "episodes.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def newest_checkpoint(root, bot="robocode") -> str:
+    return ck.candidates(os.path.join(root, bot, "weights"))[0]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    if MISSING:
+        pytest.skip(f"Robocode's tests need it: {MISSING}")
+    root = tmp_path_factory.mktemp("robocode")
+    done = robocode(root, "--rounds", "3")
+    return root, done
+
+
+@needs_robocode
+@pytest.mark.timeout(200)
+def test_a_learning_battle_checkpoints_and_its_wins_match_the_bots_episodes(trained):
+    root, done = trained
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "started fresh" in done.stdout and "vs sample.SittingDuck: won" in done.stdout, done.stdout
+    meta = ck.read_checkpoint(newest_checkpoint(root))["meta"]  # verifies the file's digests
+    assert meta["env_steps"] > 0 and meta["episodes"] >= 1, meta
+    (summary,) = [json.loads(line) for line in open(root / "robocode" / "run" / "robocode.jsonl")]
+    with open(summary["results_file"], encoding="utf-8") as f:
+        rounds, rows = parse_results(f.read())
+    assert rounds == summary["rounds"] == 3
+    assert {r.name for r in rows} == {"sacbot.SacbotRobot*", "sample.SittingDuck"}, rows
+    assert sum(r.firsts for r in rows) <= 3
+    played = episodes(root)
+    stats = read_stats(summary["rounds_file"])  # the robot's own line for each round
+    # Robocode stops a robot for the round when it skips more than 30 turns in a row (on this machine
+    # about 1% of rounds, docs/robocode.md): that round has no line, and Robocode counts it lost.
+    assert summary["rounds_disabled"] < 3
+    assert len(stats) == 3 - summary["rounds_disabled"], stats
+    # Robocode's count of rounds won is the robot's, and the bot's episodes.jsonl: every episode whose
+    # end the robot sent is there with its outcome (a round cut by a slow reply is not, by the protocol).
+    assert summary["wins"] == sum(1 for s in stats if s["won"])
+    assert len(played) == sum(1 for s in stats if s["sends_end"]), (played, stats)
+    assert summary["wins"] == sum(1 for e in played if e["won"]) + sum(1 for s in stats if s["won"] and
+                                                                        not s["sends_end"])
+    assert summary["turns"] == sum(s["turns"] for s in stats) > 0
+    begun = sum(1 for s in stats if s["steps"] > 0)  # one a round, whole or cut; a stopped round's too
+    assert begun <= meta["episodes"] <= begun + summary["rounds_disabled"], (meta["episodes"], stats)
+
+
+@needs_robocode
+@pytest.mark.timeout(200)
+def test_eval_through_robocode_writes_nothing(trained):
+    root, first = trained
+    assert first.returncode == 0, first.stderr
+    before = digests(root)
+    done = robocode(root, "--rounds", "2", "--eval")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "(eval), resumed from" in done.stdout and "won " in done.stdout, done.stdout
+    assert json.loads(done.stdout.strip().splitlines()[-1])["mode"] == "eval"
+    assert digests(root) == before  # every file, its name and its sha256
+
+
+@needs_robocode
+@pytest.mark.timeout(300)
+def test_the_server_killed_mid_battle_leaves_robocode_standing_and_the_next_battle_resumes(trained):
+    root, first = trained
+    assert first.returncode == 0, first.stderr
+    newest = newest_checkpoint(root)
+    saved_episodes = ck.read_checkpoint(newest)["meta"]["episodes"]
+    battles = root / "_robocode" / "battles"
+    seen = set(glob.glob(str(battles / "*.rounds.jsonl")))
+    t0 = time.time()
+    proc = subprocess.Popen([sys.executable, "-m", "sacbot", "robocode", "--root", str(root), "--rounds", "8",
+                             "--battle-timeout", "100", "--", *SMALL],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, killed = time.monotonic() + 120, None
+        while killed is None and time.monotonic() < deadline and proc.poll() is None:
+            new = [p for p in glob.glob(str(battles / "*.rounds.jsonl")) if p not in seen]
+            status = json.loads((root / "status.json").read_text()) if (root / "status.json").exists() else {}
+            if new and read_stats(new[0]) and status.get("started", 0) >= t0 - 1 and not status.get("stopped"):
+                os.kill(status["pid"], signal.SIGKILL)  # the first round is over: the server dies mid-battle
+                killed = new[0]
+            else:
+                time.sleep(0.05)  # polling the files the battle writes, up to the deadline
+        out, err = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert killed, "the battle's first round never finished"
+    assert proc.returncode == 1 and "sacbot serve exited" in err, out + err
+    stats = read_stats(killed)
+    with open(killed.replace(".rounds.jsonl", ".log"), encoding="utf-8", errors="replace") as f:
+        disabled = f.read().count("sacbot.SacbotRobot* has skipped too many turns")
+    assert len(stats) == 8 - disabled and disabled < 3, stats  # Robocode played every round
+    assert stats[0]["steps"] > 0  # the robot played before the kill
+    assert not stats[-1]["connected"] and stats[-1]["steps"] == 0 and "Connect" in stats[-1]["error"], stats[-1]
+    (results,) = glob.glob(killed.replace(".rounds.jsonl", ".results.txt"))
+    with open(results, encoding="utf-8") as f:
+        assert parse_results(f.read())[0] == 8
+    done = robocode(root, "--rounds", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    # The killed server saved nothing: the new one starts from the checkpoint before it.
+    m = re.search(r"resumed from (\S+), (\d+) episodes so far", done.stdout)
+    assert m and m.group(1) == newest and int(m.group(2)) >= saved_episodes, done.stdout
+
+
+@pytest.mark.timeout(120)
+def test_bad_input_exits_2_naming_it_and_starts_nothing(tmp_path):
+    def bad(*args):
+        done = subprocess.run([sys.executable, "-m", "sacbot", "robocode", "--root", str(tmp_path / "r"), *args],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stdout + done.stderr
+        return done.stderr
+
+    assert "--rounds = 0 is not accepted" in bad("--rounds", "0")
+    assert "--reply-ms = 200 is not accepted" in bad("--reply-ms", "200")
+    assert "--root after -- is not accepted" in bad("--", "--root", "x")  # it sets the server's root
+    assert "is not a directory" in bad("--robocode", str(tmp_path / "nowhere"))
+    if MISSING is None:
+        err = bad("--opponents", "sample.SittingDuck,sample.Nobody")
+        assert "unknown robot 'sample.Nobody'" in err and "sample.SpinBot" in err
+    assert not (tmp_path / "r").exists()
