@@ -158,6 +158,9 @@ def test_a_signal_to_the_whole_process_group_closes_with_the_final_save(tmp_path
     watch = StderrWatcher(p)
     try:
         watch.wait_line("learning started", 90)
+        # A gradient step done (the first one imports what torch's optimizer needs, seconds on a
+        # loaded machine): the final save then holds work, as the test asks.
+        wait_until(lambda: read_status(tmp_path / "run").get("learner_steps", 0) >= 1, 90, "a gradient step")
         os.killpg(p.pid, sig)
         _wait_or_dump(p, 60)
     finally:

@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from helpers import StderrWatcher, wait_until
+from helpers import StderrWatcher, read_status, wait_until
 
 from sacbot.config import ConfigError, load_config
 from sacbot.store.checkpoint import read_checkpoint
@@ -31,6 +31,7 @@ def test_sigterm_makes_a_final_checkpoint_that_loads(tmp_path):
     watch = StderrWatcher(p)
     try:
         watch.wait_line("learning started", 60)
+        wait_until(lambda: read_status(tmp_path / "run").get("learner_steps", 0) >= 1, 60, "a gradient step")
         assert not os.path.exists(tmp_path / "w" / "sac_latest.zip")  # only the final save writes
         t0 = time.monotonic()
         p.send_signal(signal.SIGTERM)
