@@ -10,7 +10,10 @@ Acting side: gymnasium and numpy, never torch.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
+import os
+import sys
 
 import gymnasium as gym
 
@@ -18,14 +21,49 @@ from sacbot.acting.agent import AgentError
 from sacbot.config import Config, ConfigError, log
 
 
-def make_env(env_id: str, render_mode: str | None = None, kwargs: dict | None = None) -> gym.Env:
+class GameImportError(ImportError):
+    """``--env module:Name`` whose module does not import, or that names no env: exit 2."""
+
+
+def gym_make(env_id: str, **kwargs) -> gym.Env:
+    """``gym.make`` for every form ``--env`` takes: a registered id (``Pendulum-v1``,
+    ``sacbot/TankDuel-v0``), ``module:EnvId`` (the module registers the id when imported, as
+    gymnasium's own ``gym.make("module:EnvId")``), or ``module:ClassName`` (a gymnasium.Env
+    subclass, made with the kwargs).  The working directory is importable for the module, as it is
+    for ``python -m``: a console script's ``sys.path`` does not hold it."""
     from sacbot import envs  # noqa: F401 - registers sacbot's envs (the repo's envs/, installed as sacbot.envs)
 
+    if ":" not in env_id:
+        return gym.make(env_id, **kwargs)
+    module_name, name = env_id.split(":", 1)
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())  # after everything installed: a file here never shadows a package
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # noqa: BLE001 - whatever the user's module raises on import is theirs to see
+        raise GameImportError(f"--env {env_id!r}: module {module_name!r} does not import ({type(e).__name__}: "
+                              f"{e}); expected a module on the path or in the working directory "
+                              f"({os.getcwd()})") from None
+    cls = getattr(module, name, None)
+    if isinstance(cls, type) and issubclass(cls, gym.Env):
+        env = cls(**kwargs)
+        spec = getattr(cls, "max_episode_steps", None)
+        return gym.wrappers.TimeLimit(env, spec) if isinstance(spec, int) and spec > 0 else env
+    if name in gym.registry:
+        return gym.make(name, **kwargs)
+    raise GameImportError(f"--env {env_id!r}: module {module_name!r} imports, but {name!r} is neither a "
+                          "gymnasium.Env subclass in it nor an id it registers; expected module:ClassName or "
+                          "module:EnvId")
+
+
+def make_env(env_id: str, render_mode: str | None = None, kwargs: dict | None = None) -> gym.Env:
     # render_mode only when asked for: gymnasium passes even None on to the env's constructor,
     # and an env written without a render_mode argument would fail on it.
     extra = {} if render_mode is None else {"render_mode": render_mode}
     try:
-        env = gym.make(env_id, **extra, **(kwargs or {}))
+        env = gym_make(env_id, **extra, **(kwargs or {}))
+    except GameImportError as e:
+        raise AgentError(str(e)) from None
     except (gym.error.Error, TypeError, ValueError) as e:
         raise AgentError(f"cannot make env {env_id!r} with kwargs {kwargs or {}}: {e}") from None
     return flatten_if_nested(env)

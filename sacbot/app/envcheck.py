@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 
-import gymnasium as gym
-
 from sacbot.config import Config, ConfigError
 
 
@@ -22,14 +20,14 @@ def check_env(cfg: Config) -> None:
     sampled action."""
     from sacbot import envs  # noqa: F401 - registers sacbot's envs (the repo's envs/, installed as sacbot.envs)
     from sacbot.acting.agent import AgentError, space_dims
-    from sacbot.acting.games import flatten_if_nested
+    from sacbot.acting.games import GameImportError, flatten_if_nested, gym_make
     from sacbot.wire.messages import MAX_ABS_OBS, MessageError, check_reward, check_vector
 
     kwargs = cfg.env_kwargs_dict()
     stage = "make"
     env = None
     try:
-        env = flatten_if_nested(gym.make(cfg.env, **kwargs))  # as the driver makes it
+        env = flatten_if_nested(gym_make(cfg.env, **kwargs))  # as the driver makes it
         obs_dim, _ = space_dims(env.observation_space, env.action_space)
         shape = env.observation_space.shape
         stage = "reset"
@@ -41,6 +39,8 @@ def check_env(cfg: Config) -> None:
         # What the bot would refuse on its first tick (a kwarg that makes NaN), refused before any file.
         check_vector("the observation after one step", obs, obs_dim, shape, MAX_ABS_OBS)
         check_reward(reward)
+    except GameImportError as e:  # --env module:Name whose module or name is wrong: it says which
+        raise ConfigError(str(e)) from None
     except AgentError as e:  # spaces sacbot cannot drive (Discrete actions): the user's choice of env
         raise ConfigError(f"env = {cfg.env!r}: {e}") from None
     except MessageError as e:

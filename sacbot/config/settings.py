@@ -57,7 +57,9 @@ def _f(default, doc: str, *, choices: tuple | None = None, min: float | None = N
 @dataclass(frozen=True)
 class Config:
     # --- environment and run -------------------------------------------------------
-    env: str = _f("sacbot/TankDuel-v0", "Gymnasium env id to play (Box action space), e.g. Pendulum-v1.")
+    env: str = _f("sacbot/TankDuel-v0", "Gymnasium env id to play (Box action space), e.g. Pendulum-v1; or "
+                                        "module:EnvId (the module registers it) or module:ClassName (a "
+                                        "gymnasium.Env subclass), the working directory importable.")
     env_kwargs: str = _f("", 'JSON object of keyword arguments for the env, e.g. '
                              '\'{"opponents": ["spinner", "walker"], "schedule": "cycle"}\'.')
     seed: int = _f(0, "Seed for the env, replay sampling, network init and action noise; at most "
