@@ -354,3 +354,18 @@ def test_episodes_carry_cumulative_env_steps_across_a_resume(tmp_path):
     with open(tmp_path / "run" / "episodes.jsonl") as fh:
         eps = [json.loads(x) for x in fh]
     assert [e["env_steps"] for e in eps] == [10, 20, 30, 40, 50]
+
+
+def test_observe_with_gymnasiums_order_names_the_order_it_takes(tmp_path):
+    agent = Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE)
+    try:
+        agent.new_episode("x")
+        obs = np.zeros(3, np.float32)
+        agent.act(obs)
+        with pytest.raises(MessageError, match=r"reward first: gymnasium's step\(\) returns the observation first"):
+            agent.observe(obs, 1.0, False, False)  # (obs, reward, ...) as env.step gives them
+        with pytest.raises(MessageError, match=r"reward must be finite") as e:
+            agent.observe(float("nan"), obs, False, False)
+        assert "reward first" not in str(e.value)  # a bad reward alone gets no hint about the order
+    finally:
+        agent.close()

@@ -278,7 +278,13 @@ class Agent:
             raise AgentError("observe() needs a preceding act() in the same episode")
         # obs was checked in act() and the action came from the policy: only the new
         # values need checking, so the tick path validates each array once.
-        r = check_reward(reward)
+        try:
+            r = check_reward(reward)
+        except MessageError as e:
+            if np.ndim(reward) > 0 or isinstance(reward, list | tuple):  # gymnasium's step order, (obs, reward, ...)
+                raise MessageError(f"{e}; observe() takes (reward, next_obs, terminated, truncated, info), reward "
+                                   "first: gymnasium's step() returns the observation first") from None
+            raise
         tr = Transition(self._last_obs, self._last_action, r,
                         self._with_reward(self._check_obs(next_obs, "next_obs"), r),
                         check_flag("terminated", terminated), check_flag("truncated", truncated))
