@@ -173,6 +173,16 @@ def test_status_table_says_live_stale_or_missing(tmp_path):
     (tmp_path / "status.json").write_text(json.dumps(st))
     text, code = format_status(str(tmp_path))
     assert code == 1 and "STALE" in text
+    # A run that closed stops its heartbeat on purpose: finished, not stale; exit 1 only if its
+    # final save failed.
+    st.update(closed=True, final_save={"ok": True, "path": "w/sac_latest.zip", "time": st["time"]})
+    (tmp_path / "status.json").write_text(json.dumps(st))
+    text, code = format_status(str(tmp_path))
+    assert code == 0 and "finished (60" in text and "final save      w/sac_latest.zip" in text, text
+    st["final_save"] = {"ok": False, "error": "disk full"}
+    (tmp_path / "status.json").write_text(json.dumps(st))
+    text, code = format_status(str(tmp_path))
+    assert code == 1 and "FINAL SAVE FAILED" in text and "failed: disk full" in text, text
 
 
 @pytest.mark.timeout(120)

@@ -68,7 +68,12 @@ def format_status(run_dir: str) -> tuple[str, int]:
     except MalformedStatus as e:
         return f"{run_dir}: the heartbeat {path} is malformed: {e}", 1
     age = time.time() - float(st.get("time", 0))
-    state = "STALE" if age > STALE_AFTER_S else "live"
+    final = st.get("final_save") if isinstance(st.get("final_save"), dict) else None
+    if st.get("closed") is True and final is not None:
+        # A run that closed: its heartbeat stops on purpose; finished, with or without its final save.
+        state = "finished" if final.get("ok") else "finished, FINAL SAVE FAILED"
+    else:
+        state = "STALE" if age > STALE_AFTER_S else "live"
     drops = st.get("drops") or {}
     last_save = st.get("last_save") or {}
     rows = [
@@ -82,6 +87,8 @@ def format_status(run_dir: str) -> tuple[str, int]:
         ("drops", ", ".join(f"{k} {v}" for k, v in drops.items()) or "none"),
         ("quant phase", st.get("quant_phase")),
         ("last save", f"{last_save.get('path')} ({_age(last_save.get('time'))})" if last_save else "none"),
+        *([("final save", f"{final.get('path')} ({_age(final.get('time'))})" if final.get("ok") else
+            f"failed: {final.get('error') or 'not confirmed'}")] if final else []),
         ("last error", st.get("last_error") or "none"),
     ]
     if "replay_ratio" in st:  # a cluster's learner (sacbot cluster)
@@ -118,7 +125,7 @@ def format_status(run_dir: str) -> tuple[str, int]:
             pass
     width = max(len(k) for k, _ in rows)
     text = "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
-    return text, (0 if state == "live" else 1)
+    return text, (0 if state in ("live", "finished") else 1)
 
 
 def print_status(run_dir: str) -> int:
