@@ -486,3 +486,25 @@ def test_a_run_that_starves_its_learner_says_so_and_sums_up_its_drops(tmp_path):
     assert f"({dropped / 2000:.0%} of those played)" in summary and "(utd_ratio 64)" in summary
     cfg = load_config(str(tmp_path / "run" / "config.toml"), {}, {})
     assert (cfg.env, cfg.utd_ratio, cfg.queue_size, cfg.seed, cfg.steps) == ("Pendulum-v1", 64.0, 4, 3, 2000)
+
+
+@pytest.mark.timeout(120)
+def test_eval_and_run_play_the_env_their_bot_was_trained_on_and_eval_takes_a_checkpoint_file(tmp_path):
+    w = tmp_path / "w"
+    p = cli(tmp_path, "run", "--env", "Pendulum-v1", "--steps", "210", "--learning-starts", "100", "--hidden", "8",
+            "--weights-path", str(w), "--run-dir", str(tmp_path / "run"), "--quiet")
+    assert p.returncode == 0, p.stderr
+    p = cli(tmp_path, "eval", "--weights-path", str(w), "--episodes", "1", "--run-dir", str(tmp_path / "e1"), "--json")
+    assert p.returncode == 0, p.stderr
+    assert "playing Pendulum-v1, the env the bot in" in p.stderr and "preset for sacbot/TankDuel" not in p.stderr
+    assert json.loads(p.stdout)["episodes"] == 1
+    p = cli(tmp_path, "eval", str(w / "sac_latest.zip"), "--episodes", "1", "--run-dir", str(tmp_path / "e2"), "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["checkpoint"] == str(w / "sac_latest.zip"), p.stderr
+    # A named env still wins, and is refused for a bot of another game, as before.
+    p = cli(tmp_path, "eval", "--weights-path", str(w), "--env", "sacbot/CueMemory-v0", "--episodes", "1",
+            "--run-dir", str(tmp_path / "e3"))
+    assert p.returncode != 0 and "Pendulum-v1" in p.stderr
+    for args, says in ((["eval", str(tmp_path / "missing.zip")], "is not accepted: expected an existing checkpoint"),
+                       (["eval", str(w / "sac_latest.zip"), "--weights-path", str(w)], "not both")):
+        p = cli(tmp_path, *args)
+        assert p.returncode == 2 and says in p.stderr, p.stderr

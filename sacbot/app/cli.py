@@ -10,14 +10,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
+import os
 import signal
 import sys
 import threading
 
 from sacbot import __version__
-from sacbot.config import ConfigError, add_arguments, from_args
+from sacbot.config import ConfigError, add_arguments, env_given, from_args
 from sacbot.console import Signals, setup_logging
 
+log = logging.getLogger("sacbot")
 EXIT_SAVE_FAILED = 3  # the run ended, but its final checkpoint could not be written
 
 
@@ -34,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
         add_arguments(sp)
         if name == "eval":
             sp.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+            sp.add_argument("checkpoint", nargs="?", metavar="CHECKPOINT",
+                            help="a checkpoint file to play (instead of --weights-path's newest); its env is "
+                                 "played unless --env says otherwise")
     sp = sub.add_parser("cluster", help="N bots on Ray feeding one learner (needs the ray extra)",
                         description="N bots on Ray feeding one learner: a local Ray instance of its own, "
                                     "or a running cluster with --address. Needs: pip install 'sacbot[ray]'.")
@@ -81,7 +87,26 @@ def cmd_run(args, eval_mode: bool) -> int:
                           "use sacbot run to train")
     if eval_mode:  # before the Config is built: its checks differ in eval (a best.zip may be read, not trained)
         args.eval_mode = True
-    cfg = from_args(args)
+    if getattr(args, "checkpoint", None):  # sacbot eval PATH
+        if args.weights_path is not None:
+            raise ConfigError("give the bot to evaluate as CHECKPOINT or as --weights-path, not both")
+        if not os.path.isfile(args.checkpoint) or not args.checkpoint.lower().endswith(".zip"):
+            raise ConfigError(f"CHECKPOINT {args.checkpoint!r} is not accepted: expected an existing checkpoint file "
+                              "(a .zip, as sacbot run writes; a directory goes to --weights-path)")
+        args.weights_path = args.checkpoint
+    if env_given(args):
+        cfg = from_args(args)
+    else:  # the saved bot's env, if there is one: the default's preset line is said only if it applies
+        logger = logging.getLogger("sacbot")
+        level = logger.level
+        logger.setLevel(logging.WARNING)
+        try:
+            first = from_args(args)
+        finally:
+            logger.setLevel(level)
+        cfg = _with_saved_env(args, first)
+        if cfg is first:
+            cfg = from_args(args)
     if cfg.eval_mode:
         if getattr(args, "json", False):
             cfg = dataclasses.replace(cfg, quiet=True)
@@ -169,6 +194,28 @@ def cmd_run(args, eval_mode: bool) -> int:
                   file=sys.stderr)
         return EXIT_SAVE_FAILED
     return 0
+
+
+def _with_saved_env(args, cfg):
+    """``cfg`` playing the env (and env kwargs) of the bot in its weights path, when the user named
+    none: a Pendulum bot is resumed or evaluated on Pendulum without --env.  A bot that cannot be
+    read here is left to the start, which says what is wrong with it."""
+    from sacbot.store.errors import CheckpointError
+    from sacbot.store.read import read_checkpoint
+    from sacbot.store.weights_dir import candidates
+
+    try:
+        newest = candidates(cfg.weights_dir, cfg.latest_name)
+        saved = read_checkpoint(newest[0], entries=("actor",))["manifest"].get("config") if newest else None
+    except (CheckpointError, OSError):
+        return cfg
+    if not isinstance(saved, dict) or not isinstance(saved.get("env"), str) or saved["env"] == cfg.env:
+        return cfg
+    args.env = saved["env"]
+    if args.env_kwargs is None and isinstance(saved.get("env_kwargs"), str):
+        args.env_kwargs = saved["env_kwargs"]
+    log.info("playing %s, the env the bot in %s was trained on (--env chooses another)", args.env, cfg.weights_path)
+    return from_args(args)
 
 
 def cmd_inspect(args) -> int:

@@ -26,6 +26,7 @@ from sacbot.config.sources import (  # noqa: F401
     _read_toml,
     add_arguments,
     coerce,
+    env_given,
     from_args,
     load_config,
     resolve_env_id,

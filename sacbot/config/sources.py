@@ -297,3 +297,17 @@ def from_args(ns, env: Mapping[str, str] | None = None) -> Config:
     env = os.environ if env is None else env
     toml_path = getattr(ns, "config", None) or env.get("SACBOT_CONFIG")
     return load_config(toml_path, env, cli)
+
+
+def env_given(ns, env: Mapping[str, str] | None = None) -> bool:
+    """Whether the user named the env (a flag, ``SACBOT_ENV`` or the TOML file), as opposed to
+    the default: a command may then take it from a saved bot instead."""
+    env = os.environ if env is None else env
+    if getattr(ns, "env", None) is not None or "SACBOT_ENV" in env:
+        return True
+    path = getattr(ns, "config", None) or env.get("SACBOT_CONFIG")
+    if not path:
+        return False
+    doc = _read_toml(path)
+    table = doc.get("sacbot") if isinstance(doc.get("sacbot"), dict) else doc
+    return "env" in table

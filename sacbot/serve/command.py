@@ -9,7 +9,7 @@ import os
 import sys
 import threading
 
-from sacbot.config import Config, ConfigError, _read_toml, from_args
+from sacbot.config import Config, ConfigError, env_given, from_args
 from sacbot.serve import DEFAULT_PORT, MAX_FRAME
 
 TOKEN_ENV = "SACBOT_SERVE_TOKEN"
@@ -99,21 +99,10 @@ def serve_options(args, env=None):
                         max_connections=args.max_connections, max_bots=args.max_bots)
 
 
-def _env_given(args, env) -> bool:
-    if getattr(args, "env", None) is not None or "SACBOT_ENV" in env:
-        return True
-    path = getattr(args, "config", None) or env.get("SACBOT_CONFIG")
-    if not path:
-        return False
-    doc = _read_toml(path)
-    table = doc.get("sacbot") if isinstance(doc.get("sacbot"), dict) else doc
-    return "env" in table
-
-
 def serve_config(args, env=None) -> Config:
     """The bots' settings: ``sacbot run``'s, less those the game decides (ConfigError names them)."""
     env = os.environ if env is None else env
-    if not _env_given(args, env):
+    if not env_given(args, env):
         args.env = SERVE_ENV
     cfg = from_args(args, env)
     if cfg.weights_path != Config.weights_path or cfg.run_dir != Config.run_dir:
