@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 LOCK_NAME = ".sacbot.lock"
 
@@ -70,6 +71,33 @@ if hasattr(os, "register_at_fork"):  # POSIX; elsewhere there is no fork
     os.register_at_fork(after_in_child=_close_in_child)
 
 
+def take_flock(path: str, record: bytes, held: Callable[[int], BaseException]) -> int:
+    """Open ``path`` (made if missing), take an exclusive flock on it without waiting, and write
+    ``record`` into it for messages; the open fd, whose closing (or the process's end, ``kill -9``
+    included) frees the lock.  If another process holds it: ``held(fd)`` (which may read its
+    record) is raised, the fd closed.  Any other OSError passes through."""
+    import fcntl  # here, not at import: the module loads where fcntl does not exist
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            err = held(fd)
+        finally:
+            os.close(fd)
+        raise err from None
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, record, 0)
+    except OSError:
+        pass  # the record is only for messages; the flock is the lock
+    return fd
+
+
 class WriterLock:
     """A non-blocking exclusive lock on a directory, held until ``close()`` or process exit."""
 
@@ -85,28 +113,15 @@ class WriterLock:
     def acquire(self) -> WriterLock:
         """Take the lock or raise ``LockHeld`` at once (never waits).  The directory must exist;
         an OSError (read-only directory, ...) passes through."""
-        import fcntl  # here, not at import: the module loads where fcntl does not exist
-
         if self._fd is not None:
             return self
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+
+        def held(fd: int) -> LockHeld:
             recorded = _read_pid(fd)
-            holder = _holder(fd, recorded)
-            os.close(fd)
-            raise LockHeld(self.directory, holder, recorded) from None
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd = fd
+            return LockHeld(self.directory, _holder(fd, recorded), recorded)
+
+        self._fd = take_flock(self.path, f"{os.getpid()}\n".encode(), held)
         _HELD.add(self)
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        except OSError:
-            pass  # the PID is only for messages; the flock is the lock
         return self
 
     def acquire_within(self, timeout: float) -> WriterLock:

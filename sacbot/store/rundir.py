@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 import os
 
+from sacbot.store.lock import take_flock
+
 CLAIM_NAME = ".sacbot.run"
 
 _HELD: set[RunDirClaim] = set()  # the claims this process holds: a forked child closes its copies
@@ -79,29 +81,16 @@ class RunDirClaim:
     def acquire(self) -> RunDirClaim:
         """Take the claim or raise ``RunDirInUse`` at once.  The directory must exist; an OSError
         (read-only directory, a directory in the file's place) passes through."""
-        import fcntl  # here: the module imports where fcntl does not exist
-
         if self._fd is not None:
             return self
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+
+        def held(fd: int) -> RunDirInUse:
             holder = _read(fd)
-            os.close(fd)
-            raise RunDirInUse(self.run_dir, holder.get("pid"), holder.get("weights_path"),
-                              self.weights_path) from None
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd = fd
+            return RunDirInUse(self.run_dir, holder.get("pid"), holder.get("weights_path"), self.weights_path)
+
+        record = json.dumps({"pid": os.getpid(), "weights_path": os.path.abspath(self.weights_path)}).encode()
+        self._fd = take_flock(self.path, record, held)
         _HELD.add(self)
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps({"pid": os.getpid(),
-                                      "weights_path": os.path.abspath(self.weights_path)}).encode(), 0)
-        except OSError:
-            pass  # the record is only for messages; the flock is the claim
         return self
 
     def release(self) -> None:
