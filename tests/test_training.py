@@ -10,6 +10,7 @@ from helpers import ACT_SPACE, OBS_SPACE, small_cfg
 
 from sacbot import Agent
 from sacbot.learning.training import TrainingState, handle_message, train_pass
+from sacbot.store import state as ck_state
 from sacbot.wire.messages import NewEpisode, Shutdown, Transition, make_transition
 
 pytestmark = pytest.mark.timeout(60)
@@ -29,6 +30,22 @@ def test_utd_steps_with_fractional_carry(tmp_path):
         steps.append(train_pass(st)["grad_steps"])
     assert steps == [2, 2, 2, 3]  # 2.25, 2.5, 2.75, 3.0 owed: remainder carried
     assert st.grad_steps == 9 and st.utd_carry == pytest.approx(0.0)
+
+
+def test_a_carry_rounded_up_to_a_whole_step_leaves_none_not_a_negative_remainder(tmp_path):
+    """Floating sums land a hair below a whole step (0.1 ten times is 0.9999999999999999): the step
+    is taken, and the carry left is 0, never -1e-16, which a checkpoint's validation refuses (a
+    cluster's final save was refused for utd_carry = -5.7e-14)."""
+    from sacbot.learning.training import steps_owed
+
+    st = TrainingState.fresh(small_cfg(tmp_path, utd_ratio=0.1, learning_starts=0), 3, 1)
+    taken = 0
+    for _ in range(10):
+        st.pending = 1
+        taken += steps_owed(st)
+        assert st.utd_carry >= 0.0
+    assert taken == 1 and st.utd_carry == 0.0
+    assert not ck_state.training_state_problem(st.payload(False)["meta"], {"spaces": {}})
 
 
 def test_a_long_pass_publishes_every_64_steps_and_leaves_the_last_to_the_caller(tmp_path, monkeypatch):

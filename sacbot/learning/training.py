@@ -157,7 +157,9 @@ def steps_owed(state: TrainingState) -> int:
     """Gradient steps for the transitions drained: pending x UTD, remainder carried."""
     owed = state.pending * state.cfg.utd_ratio + state.utd_carry
     n = math.floor(owed + 1e-9)
-    state.utd_carry = owed - n
+    # The tolerance rounds 2.9999999999999 up to 3 steps; what is left is then a hair below 0, which
+    # a checkpoint must not hold (its validation refused such a final save): never less than none.
+    state.utd_carry = max(0.0, owed - n)
     state.pending = 0
     return n
 
