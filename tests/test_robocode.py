@@ -15,6 +15,7 @@ import sys
 import time
 
 import pytest
+from helpers import wait_until
 
 from sacbot.robocode.install import RobocodeMissing, find_install
 from sacbot.robocode.results import parse_results, read_stats
@@ -128,16 +129,21 @@ def test_the_server_killed_mid_battle_leaves_robocode_standing_and_the_next_batt
     proc = subprocess.Popen([sys.executable, "-m", "sacbot", "robocode", "--root", str(root), "--rounds", "8",
                              "--battle-timeout", "100", "--", *SMALL],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def first_round_over():
+        """(the battle's rounds file, the server's PID) once its first round is written; the battle
+        ending first is (None, None)."""
+        if proc.poll() is not None:
+            return None, None
+        new = [p for p in glob.glob(str(battles / "*.rounds.jsonl")) if p not in seen]
+        status = json.loads((root / "status.json").read_text())
+        if new and read_stats(new[0]) and status.get("started", 0) >= t0 - 1 and not status.get("stopped"):
+            return new[0], status["pid"]
+        return None
+
     try:
-        deadline, killed = time.monotonic() + 120, None
-        while killed is None and time.monotonic() < deadline and proc.poll() is None:
-            new = [p for p in glob.glob(str(battles / "*.rounds.jsonl")) if p not in seen]
-            status = json.loads((root / "status.json").read_text()) if (root / "status.json").exists() else {}
-            if new and read_stats(new[0]) and status.get("started", 0) >= t0 - 1 and not status.get("stopped"):
-                os.kill(status["pid"], signal.SIGKILL)  # the first round is over: the server dies mid-battle
-                killed = new[0]
-            else:
-                time.sleep(0.05)  # polling the files the battle writes, up to the deadline
+        killed, pid = wait_until(first_round_over, 120, "the battle's first round to finish")
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)  # the first round is over: the server dies mid-battle
         out, err = proc.communicate(timeout=150)
     finally:
         if proc.poll() is None:

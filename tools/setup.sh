@@ -15,29 +15,33 @@ extras="${1:-}"
 # JDK and msgpack-core's jar, when javac, java or the jar is missing.  Given alone, it does only that.
 # `robocode` is no pip extra either: Debian's Robocode (its robocode.jar and sample robots), msgpack-core's
 # jar and a JDK, when any of them is missing.  It implies `java`.
+# Installs Debian packages with apt-get (sudo when not root); asked only when something is missing.
+apt_install() {
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+    $sudo apt-get update -q
+    $sudo apt-get install -y -q "$@"
+}
+# Takes an OS-level name out of the pip extras; exits when nothing is left for pip.
+drop_extra() {
+    extras="$(echo ",$extras," | sed "s/,$1,/,/g; s/^,//; s/,$//")"
+    if [ -z "$extras" ]; then exit 0; fi
+}
 case ",$extras," in
     *,robocode,*)
         if ! dpkg -s robocode >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1 \
                 || ! ls /usr/share/java/msgpack-core*.jar >/dev/null 2>&1; then
-            sudo=""
-            if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-            $sudo apt-get update -q
-            $sudo apt-get install -y -q robocode libmsgpack-java default-jdk-headless
+            apt_install robocode libmsgpack-java default-jdk-headless
         fi
-        extras="$(echo ",$extras," | sed 's/,robocode,/,/g; s/^,//; s/,$//')"
-        if [ -z "$extras" ]; then exit 0; fi ;;
+        drop_extra robocode ;;
 esac
 case ",$extras," in
     *,java,*)
         if ! command -v javac >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1 \
                 || ! ls /usr/share/java/msgpack-core*.jar >/dev/null 2>&1; then
-            sudo=""
-            if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-            $sudo apt-get update -q
-            $sudo apt-get install -y -q default-jdk-headless libmsgpack-java
+            apt_install default-jdk-headless libmsgpack-java
         fi
-        extras="$(echo ",$extras," | sed 's/,java,/,/g; s/^,//; s/,$//')"
-        if [ -z "$extras" ]; then exit 0; fi ;;
+        drop_extra java ;;
 esac
 torch_spec="${SACBOT_TORCH-torch==2.13.0}"
 if [ ! -x .venv/bin/python ]; then

@@ -148,7 +148,6 @@ class Agent:
         self.started = time.time()
         self.ticks = self.episodes = self.episodes_started = 0
         self.sent = 0
-        self.env_steps_played = 0  # transitions observed by this Agent (env_steps also counts earlier runs')
         self._closed = False
         self._last_obs: np.ndarray | None = None
         self._last_action: np.ndarray | None = None
@@ -207,6 +206,7 @@ class Agent:
         self.policy_version = start.policy_version
         self.learning_starts_left = 0 if self.eval_mode else max(0, cfg.learning_starts - start.env_steps)
         self.env_steps = start.env_steps  # cumulative over resumes: episodes.jsonl's x axis, as SB3's global_step
+        self._env_steps_before = start.env_steps
         self.episode_base = start.episodes
         if start.acting_rng:  # the final save holds the acting noise state: a resume continues it
             try:
@@ -218,6 +218,11 @@ class Agent:
                                  "move this one out of the weights directory") from None
         self.rounds = None if self.eval_mode else RoundCounter(cfg.round_counter_path)
         self.pstate = policy.initial_state(self.params)
+
+    @property
+    def env_steps_played(self) -> int:
+        """Transitions this Agent observed (``env_steps`` also counts the runs it resumed from)."""
+        return self.env_steps - self._env_steps_before
 
     @property
     def episode_index(self) -> int:
@@ -293,7 +298,6 @@ class Agent:
         self._ep_return += tr.reward
         self._ep_len += 1
         self.env_steps += 1
-        self.env_steps_played += 1
         if self.learner is not None and not self._closed and self._episode_sent:
             if self.learning_starts_left > 0:
                 self.learning_starts_left -= 1
