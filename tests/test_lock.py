@@ -237,3 +237,133 @@ def test_the_refusal_names_the_process_that_really_holds_the_lock(tmp_path):
         if holder is not None:
             wait_exit(holder, 30, "the process handed the lock")
     WriterLock(str(tmp_path)).acquire().close()  # and with it gone, the lock is free
+
+
+# --- where fcntl does not exist -------------------------------------------------------------------
+# Windows has no fcntl; its lock is msvcrt.locking.  These processes hide fcntl and the other
+# POSIX-only calls sacbot could reach (fork, register_at_fork, pread, pwrite) and give a stand-in msvcrt
+# whose byte-range lock is POSIX's lockf: the same semantics across processes (refused while held,
+# freed when the holder dies), so the branch sacbot takes there runs here.  The libraries sacbot
+# stands on are imported first, as they are: their own platform checks are theirs.
+NO_FCNTL = """
+import errno, fcntl as _real, os, sys, types
+import asyncio, gymnasium, msgpack, multiprocessing, numpy, random, rich, socket, subprocess, zstandard
+msvcrt = types.ModuleType("msvcrt")
+msvcrt.LK_UNLCK, msvcrt.LK_NBLCK = 0, 2
+def _locking(fd, mode, nbytes):
+    if mode == msvcrt.LK_UNLCK:
+        _real.lockf(fd, _real.LOCK_UN, nbytes, 0, os.SEEK_CUR)
+        return
+    try:
+        _real.lockf(fd, _real.LOCK_EX | _real.LOCK_NB, nbytes, 0, os.SEEK_CUR)
+    except OSError:
+        raise OSError(errno.EACCES, "Permission denied") from None  # what msvcrt raises
+msvcrt.locking = _locking
+sys.modules["msvcrt"] = None if "--no-msvcrt" in sys.argv else msvcrt
+sys.modules["fcntl"] = None
+for name in ("fork", "register_at_fork", "pread", "pwrite"):
+    if hasattr(os, name):
+        delattr(os, name)
+"""
+
+NO_FCNTL_HOLDER = NO_FCNTL + """
+from sacbot.store.lock import WriterLock
+from sacbot.store.rundir import RunDirClaim
+lock = WriterLock(sys.argv[1]).acquire()
+claim = RunDirClaim(sys.argv[1], sys.argv[1]).acquire()
+print("locked", flush=True)
+if sys.stdin.readline().strip() == "release":
+    lock.close()
+    claim.release()
+    print("released", flush=True)
+sys.stdin.read()
+"""
+
+NO_FCNTL_TRY = NO_FCNTL + """
+from sacbot.store.lock import LockHeld, WriterLock
+from sacbot.store.rundir import RunDirClaim, RunDirInUse
+refused = []
+try:
+    WriterLock(sys.argv[1]).acquire()
+except LockHeld as e:
+    refused.append(f"lock pid={e.pid}: {e}")
+try:
+    RunDirClaim(sys.argv[1], sys.argv[1]).acquire()
+except RunDirInUse as e:
+    refused.append(f"claim pid={e.pid}: {e}")
+print("\\n".join(refused) or "acquired")
+"""
+
+
+def _no_fcntl(code: str, directory, *extra: str, **kw) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.path.abspath(ROOT)}
+    return subprocess.Popen([sys.executable, "-c", code, str(directory), *extra], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+
+
+def _no_fcntl_try(directory) -> str:
+    out, err = _no_fcntl(NO_FCNTL_TRY, directory).communicate(timeout=30)
+    assert not err, err
+    return out.strip()
+
+
+@pytest.mark.timeout(90)
+def test_without_fcntl_the_lock_and_the_claim_keep_a_second_process_out_until_the_holder_releases_or_dies(tmp_path):
+    first = _no_fcntl(NO_FCNTL_HOLDER, tmp_path, stdin=subprocess.PIPE)
+    try:
+        assert first.stdout.readline().strip() == "locked", first.stderr.read()
+        refused = _no_fcntl_try(tmp_path).splitlines()
+        assert len(refused) == 2, refused
+        assert refused[0].startswith(f"lock pid={first.pid}:") and f"process {first.pid}" in refused[0]
+        assert refused[1].startswith(f"claim pid={first.pid}:") and "--run-dir" in refused[1]
+        first.stdin.write("release\n")
+        first.stdin.flush()
+        assert first.stdout.readline().strip() == "released"
+        assert _no_fcntl_try(tmp_path) == "acquired"
+    finally:
+        if first.poll() is None:
+            first.kill()
+        first.communicate(timeout=20)
+
+    second = _no_fcntl(NO_FCNTL_HOLDER, tmp_path, stdin=subprocess.PIPE)
+    try:
+        assert second.stdout.readline().strip() == "locked", second.stderr.read()
+        assert _no_fcntl_try(tmp_path) != "acquired"
+        second.send_signal(signal.SIGKILL)  # no clean-up runs: the OS must free the lock
+        second.wait(timeout=20)
+        assert _no_fcntl_try(tmp_path) == "acquired"
+    finally:
+        if second.poll() is None:
+            second.kill()
+        second.communicate(timeout=20)
+
+
+@pytest.mark.timeout(60)
+def test_a_platform_with_no_file_lock_at_all_is_told_so_and_no_lock_file_is_made(tmp_path):
+    code = NO_FCNTL + """
+from sacbot.store.lock import WriterLock
+try:
+    WriterLock(sys.argv[1]).acquire()
+except OSError as e:
+    print(e)
+"""
+    out, err = _no_fcntl(code, tmp_path, "--no-msvcrt").communicate(timeout=30)
+    assert "neither fcntl.flock (POSIX) nor msvcrt.locking (Windows)" in out, (out, err)
+    assert not os.path.exists(tmp_path / LOCK_NAME)
+
+
+@pytest.mark.timeout(120)
+def test_every_module_that_acts_stores_or_serves_imports_without_posix_only_calls():
+    # The base install's modules (no torch) import where fcntl and fork do not exist.
+    code = NO_FCNTL + """
+import importlib, pkgutil, sacbot
+names = [m.name for m in pkgutil.walk_packages(sacbot.__path__, "sacbot.")
+         if m.name.split(".")[1] in ("acting", "wire", "store", "config", "serve", "console")]
+for name in names:
+    importlib.import_module(name)
+import sacbot.acting.agent, sacbot.store.lock, sacbot.serve.server  # the ones that once failed there
+print(len(names), "torch" in sys.modules)
+"""
+    out, err = _no_fcntl(code, ROOT).communicate(timeout=100)
+    count, torch_loaded = out.split()
+    assert int(count) >= 20 and torch_loaded == "False", (out, err)

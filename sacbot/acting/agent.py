@@ -479,7 +479,8 @@ def _outcome(won) -> bool | None:
 _OPEN: set[Agent] = set()
 # A forked child inherits the set but not the learners: closing its parent's Agents there would
 # write the parent's status.json with the child's PID and fail its "final save".
-os.register_at_fork(after_in_child=_OPEN.clear)
+if hasattr(os, "register_at_fork"):  # POSIX; Windows forks nothing
+    os.register_at_fork(after_in_child=_OPEN.clear)
 
 
 @atexit.register

@@ -18,6 +18,10 @@ or a tool's subprocess never holds its parent's lock; and a child made by ``fork
 That copy would otherwise share the open file, and with it the flock: the parent's close would
 release nothing, and the next start would be refused while the parent was long gone.
 
+Where ``fcntl`` does not exist (Windows) the lock is ``msvcrt.locking`` on one byte of the same file,
+which the OS also frees when its holder exits; Windows forks nothing, and the PID in the file is
+taken at its word.  A platform with neither lock gets an error naming it, not an unguarded directory.
+
 Who holds a lock that cannot be taken is read from the system where it can be (Linux lists each
 descriptor's locks in ``/proc/<pid>/fdinfo``), not only from the PID in the file: a process that
 was handed the descriptor (``pass_fds``) holds the lock without having written its PID there.
@@ -25,6 +29,7 @@ was handed the descriptor (``pass_fds``) holds the lock without having written i
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Callable
@@ -71,30 +76,95 @@ if hasattr(os, "register_at_fork"):  # POSIX; elsewhere there is no fork
     os.register_at_fork(after_in_child=_close_in_child)
 
 
-def take_flock(path: str, record: bytes, held: Callable[[int], BaseException]) -> int:
-    """Open ``path`` (made if missing), take an exclusive flock on it without waiting, and write
-    ``record`` into it for messages; the open fd, whose closing (or the process's end, ``kill -9``
-    included) frees the lock.  If another process holds it: ``held(fd)`` (which may read its
-    record) is raised, the fd closed.  Any other OSError passes through."""
-    import fcntl  # here, not at import: the module loads where fcntl does not exist
+def _os_lock() -> str:
+    """Which OS lock this platform has: ``"flock"`` (POSIX ``fcntl``) or ``"msvcrt"`` (Windows).
+    Asked at each lock, not at import: the module loads on either."""
+    try:
+        import fcntl  # noqa: F401
+        return "flock"
+    except ImportError:
+        pass
+    try:
+        import msvcrt  # noqa: F401
+        return "msvcrt"
+    except ImportError:
+        raise OSError(errno.ENOTSUP, "this platform has neither fcntl.flock (POSIX) nor msvcrt.locking (Windows), "
+                      "so sacbot cannot keep a second writer out of a weights or run directory; run on Linux, macOS "
+                      "or Windows") from None
 
+
+# Windows' locks are mandatory: a locked byte cannot be read by another process.  So the lock is on
+# one byte far past the record (files may be locked past their end), and a refused starter can still
+# read who holds it.
+_MSVCRT_BYTE = 1 << 24
+
+
+def _try_lock(fd: int) -> bool:
+    """Take the exclusive lock on ``fd``'s file without waiting: True if taken, False if another
+    open file holds it."""
+    if _os_lock() == "flock":
+        import fcntl
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+    import msvcrt
+    os.lseek(fd, _MSVCRT_BYTE, os.SEEK_SET)
+    try:
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]
+    except OSError as e:
+        if e.errno in (errno.EACCES, getattr(errno, "EDEADLOCK", errno.EDEADLK)):
+            return False
+        raise
+    return True
+
+
+def free_lock(fd: int) -> None:
+    """Release the lock taken on ``fd`` and close it.  A flock goes with the close; Windows frees a
+    closed file's locks only "when resources allow", so the byte is unlocked first."""
+    try:
+        if _os_lock() == "msvcrt":
+            import msvcrt
+            os.lseek(fd, _MSVCRT_BYTE, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)  # type: ignore[attr-defined]
+    except OSError:
+        pass  # the close below frees it anyway
+    finally:
+        os.close(fd)
+
+
+def read_record(fd: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes from the start of the lock file (the holder's record).  Seek and read,
+    not ``os.pread``: Windows has none."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    return os.read(fd, limit)
+
+
+def take_os_lock(path: str, record: bytes, held: Callable[[int], BaseException]) -> int:
+    """Open ``path`` (made if missing), take an exclusive OS lock on it without waiting (``flock``;
+    ``msvcrt.locking`` on Windows), and write ``record`` into it for messages; the open fd, whose
+    ``free_lock`` (or the process's end, ``kill -9`` included) frees the lock.  If another process
+    holds it: ``held(fd)`` (which may read its record) is raised, the fd closed.  Any other OSError
+    passes through, as does a platform with neither lock."""
+    _os_lock()  # a platform with no lock at all is told so before a file is made
     fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        try:
+        taken = _try_lock(fd)
+        if not taken:
             err = held(fd)
-        finally:
-            os.close(fd)
-        raise err from None
     except BaseException:
         os.close(fd)
         raise
+    if not taken:
+        os.close(fd)
+        raise err
     try:
         os.ftruncate(fd, 0)
-        os.pwrite(fd, record, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, record)
     except OSError:
-        pass  # the record is only for messages; the flock is the lock
+        pass  # the record is only for messages; the OS lock is the lock
     return fd
 
 
@@ -120,7 +190,7 @@ class WriterLock:
             recorded = _read_pid(fd)
             return LockHeld(self.directory, _holder(fd, recorded), recorded)
 
-        self._fd = take_flock(self.path, f"{os.getpid()}\n".encode(), held)
+        self._fd = take_os_lock(self.path, f"{os.getpid()}\n".encode(), held)
         _HELD.add(self)
         return self
 
@@ -142,7 +212,7 @@ class WriterLock:
         fd, self._fd = self._fd, None
         _HELD.discard(self)
         if fd is not None:
-            os.close(fd)
+            free_lock(fd)
 
     release = close
 
@@ -155,7 +225,7 @@ class WriterLock:
 
 def _read_pid(fd: int) -> int | None:
     try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        text = read_record(fd, 32).decode("ascii", "replace").strip()
         return int(text) if text.isdigit() else None
     except OSError:
         return None
@@ -164,7 +234,11 @@ def _read_pid(fd: int) -> int | None:
 def _holder(fd: int, recorded: int | None) -> int | None:
     """The PID of a process holding the flock on ``fd``'s file: the recorded one if the system
     confirms it, else one the system shows holding it.  Where the system cannot be asked (no
-    /proc, another user's processes), the recorded PID if that process runs; else None."""
+    /proc, another user's processes), the recorded PID if that process runs; else None.  Under
+    Windows' lock the file's word is taken: /proc does not exist, and ``os.kill(pid, 0)`` there
+    would end the process rather than ask after it."""
+    if _os_lock() == "msvcrt":
+        return recorded
     try:
         st = os.fstat(fd)
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]

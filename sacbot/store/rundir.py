@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 
-from sacbot.store.lock import take_flock
+from sacbot.store.lock import free_lock, read_record, take_os_lock
 
 CLAIM_NAME = ".sacbot.run"
 
@@ -89,7 +89,7 @@ class RunDirClaim:
             return RunDirInUse(self.run_dir, holder.get("pid"), holder.get("weights_path"), self.weights_path)
 
         record = json.dumps({"pid": os.getpid(), "weights_path": os.path.abspath(self.weights_path)}).encode()
-        self._fd = take_flock(self.path, record, held)
+        self._fd = take_os_lock(self.path, record, held)
         _HELD.add(self)
         return self
 
@@ -98,12 +98,12 @@ class RunDirClaim:
         fd, self._fd = self._fd, None
         _HELD.discard(self)
         if fd is not None:
-            os.close(fd)
+            free_lock(fd)
 
 
 def _read(fd: int) -> dict:
     try:
-        rec = json.loads(os.pread(fd, 65536, 0).decode("utf-8", "replace") or "{}")
+        rec = json.loads(read_record(fd, 65536).decode("utf-8", "replace") or "{}")
     except (OSError, ValueError):
         return {}
     if not isinstance(rec, dict):
