@@ -474,11 +474,11 @@ def test_a_run_that_starves_its_learner_says_so_and_sums_up_its_drops(tmp_path):
     resolved settings are written to the run directory, loadable as a --config file."""
     p = subprocess.run(SACBOT + run_args(tmp_path, "--env", "Pendulum-v1", "--steps", "2000", "--hidden", "8",
                                          "--learning-starts", "50", "--utd-ratio", "64", "--queue-size", "4",
-                                         "--seed", "3"),
+                                         "--seed", "3", "--pace", "free"),
                        capture_output=True, text=True, timeout=170)
     assert p.returncode == 0, p.stderr
     warned = [x for x in p.stderr.splitlines() if "the learner is not keeping up" in x]
-    assert len(warned) == 1 and "--pace lockstep" in warned[0], p.stderr
+    assert len(warned) == 1 and "--pace learner" in warned[0], p.stderr
     (summary,) = [x for x in p.stderr.splitlines() if x.startswith("sacbot: the learner got ")]
     got = int(summary.split("got ")[1].split(" ")[0])
     dropped = int(summary.split("dropped ")[1].split(" ")[0])
@@ -486,6 +486,30 @@ def test_a_run_that_starves_its_learner_says_so_and_sums_up_its_drops(tmp_path):
     assert f"({dropped / 2000:.0%} of those played)" in summary and "(utd_ratio 64)" in summary
     cfg = load_config(str(tmp_path / "run" / "config.toml"), {}, {})
     assert (cfg.env, cfg.utd_ratio, cfg.queue_size, cfg.seed, cfg.steps) == ("Pendulum-v1", 64.0, 4, 3, 2000)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("learner", ["thread", "process"])
+def test_the_default_pace_keeps_up_with_a_slow_learner_nothing_dropped_every_transition_trained(tmp_path, learner):
+    """The learner pace (the default): a learner far slower than the game (UTD 8 into a queue of
+    8) still gets every transition played, and does its UTD steps for all but the last half queue."""
+    steps, utd, queue = 300, 8, 8
+    p = subprocess.run(SACBOT + run_args(tmp_path, "--env", "Pendulum-v1", "--steps", str(steps), "--hidden", "8",
+                                         "--batch-size", "2", "--seq-len", "4", "--learning-starts", "20",
+                                         "--utd-ratio", str(utd), "--queue-size", str(queue), "--seed", "5",
+                                         "--learner", learner),
+                       capture_output=True, text=True, timeout=170)
+    assert p.returncode == 0, p.stderr
+    assert "the learner is not keeping up" not in p.stderr
+    (summary,) = [x for x in p.stderr.splitlines() if x.startswith("sacbot: the learner got ")]
+    got = int(summary.split("got ")[1].split(" ")[0])
+    dropped = int(summary.split("dropped ")[1].split(" ")[0])
+    assert (got, dropped) == (steps, 0), summary
+    metrics = [json.loads(x) for x in open(tmp_path / "run" / "training_metrics.jsonl")]
+    grad_steps = sum(m["grad_steps"] for m in metrics)
+    # Before learning starts nothing is owed; the close ends the last pass early (the rest stays
+    # owed): at most half a queue more is untrained.
+    assert grad_steps >= utd * (steps - 20 - queue // 2 - 1), (grad_steps, summary)
 
 
 @pytest.mark.timeout(120)

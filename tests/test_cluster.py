@@ -168,9 +168,25 @@ def _trained_bot(tmp_path, steps: int):
     return weights
 
 
-@pytest.mark.timeout(240)
-def test_eval_on_a_cluster_sends_nothing_and_writes_nothing(tmp_path):
-    weights = _trained_bot(tmp_path, steps=300)
+@pytest.mark.timeout(300)
+def test_the_default_pace_trains_a_slow_learner_on_every_transition_and_eval_sends_and_writes_nothing(tmp_path):
+    # The learner pace: two bots far faster than a learner at UTD 8 (queues of 8) lose nothing,
+    # and the learner does its UTD steps for what it got, less what the close cut short.
+    steps, utd, weights = 200, 8, tmp_path / "w"
+    r = subprocess.run(SACBOT + ["cluster", "--bots", "2", "--env", "Pendulum-v1", "--steps", str(steps),
+                                 "--utd-ratio", str(utd), "--queue-size", "8", "--hidden", "8", "--batch-size", "2",
+                                 "--seq-len", "4", "--learning-starts", "20", "--root", str(tmp_path / "train"),
+                                 "--weights-path", str(weights), "--bot-cpus", "0.5", "--quiet"],
+                       capture_output=True, text=True, timeout=200)
+    assert r.returncode == 0, r.stderr
+    assert "not keeping up" not in r.stderr
+    (summary,) = [x for x in r.stderr.splitlines() if "the bots played" in x]
+    assert f"the bots played {2 * steps} transitions; the learner got {2 * steps}, 0 were dropped at the bots and " \
+           "0 at the learner (0% of those played)" in summary, summary
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    # Owed steps start with learning; each bot's close may leave up to its half queue untrained.
+    assert out["learner_steps"] >= utd * (2 * steps - 20 - 2 * 4 - 2), (out, summary)
+
     before = dir_digests(weights)
     r = subprocess.run(SACBOT + ["cluster", "--eval", "--bots", "2", "--episodes", "1", "--env", "Pendulum-v1",
                                  "--hidden", "16", "--root", str(tmp_path / "root"), "--weights-path", str(weights),

@@ -311,6 +311,15 @@ class Agent:
         if tr.terminated or tr.truncated:
             self._end_episode(_outcome(info.get("won") if info else None))
 
+    def keep_up(self, timeout: float = 600.0) -> bool:
+        """Wait while the learner is more than half a queue of transitions behind (the ``learner``
+        pace, which a driver of a simulated game calls between ticks: a game's own loop never
+        calls it).  True if caught up; False in eval, with no learner, after ``stop``, or if the
+        learner died or ``timeout`` ran out (the game then plays on)."""
+        if self.learner is None or self._closed or (self.stop is not None and self.stop.is_set()):
+            return False
+        return self.learner.wait_caught_up(self.sent, max(1, self.cfg.queue_size // 2), timeout, self.stop)
+
     def new_episode(self, opponent: str = "") -> None:
         """Mark an episode start.  ``opponent`` is a stable identity key (name or id).
         The calling thread owns the episode: act()/observe() from another thread are refused."""

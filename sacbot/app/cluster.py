@@ -57,8 +57,9 @@ def check(cfg: Config, a: ClusterArgs) -> None:
     if a.bots < 1:
         raise ConfigError(f"--bots = {a.bots} is not accepted: expected an integer >= 1")
     if cfg.pace == "lockstep":
-        raise ConfigError("pace = 'lockstep' is not accepted by sacbot cluster: bots never wait on a shared "
-                          "learner; use free or realtime")
+        raise ConfigError("pace = 'lockstep' is not accepted by sacbot cluster: bots never wait for a shared "
+                          "learner's step-by-step updates; use learner (the default: each bot waits while the "
+                          "learner is behind), free or realtime")
     for name in ("learner_cpus", "learner_gpus", "bot_cpus", "freeze_timeout"):
         v = getattr(a, name)
         if not math.isfinite(v) or v < 0 or (name == "bot_cpus" and v > 1024):
@@ -181,6 +182,7 @@ def _run(ray, cfg, a, stop, obs_dim, act_dim, spaces) -> int:
     address = ray.get_runtime_context().gcs_address  # where tools (and tests) can join this cluster
     started, learner_status, results = time.time(), {}, {}
     code = 0
+    warned = cfg.eval_mode
     while runs and not stop.is_set():
         done, _ = ray.wait(list(runs.values()), num_returns=len(runs), timeout=POLL_S)
         for i, ref in [(i, r) for i, r in runs.items() if r in done]:
@@ -201,6 +203,7 @@ def _run(ray, cfg, a, stop, obs_dim, act_dim, spaces) -> int:
         st = {**_status(a, cfg, started, learner_status, watch), "ray_address": address}
         hb.maybe_write(lambda st=st: st)
         _progress(st, cfg)
+        warned = warned or _warn_if_starved(st, cfg)
     for b in bots:  # a signal, or some bots finished: stop the rest, each closes its link
         b.request_stop.remote()
     for i, ref in runs.items():
@@ -223,10 +226,45 @@ def _run(ray, cfg, a, stop, obs_dim, act_dim, spaces) -> int:
         code = code or 1
     st = _status(a, cfg, started, final or learner_status, watch, results)
     hb.maybe_write(lambda: st, force=True)
+    if not cfg.eval_mode:
+        _summary(st, results, cfg)
     print()
-    print(json.dumps({"bots": {i: {k: r.get(k) for k in ("episodes", "env_steps")} for i, r in results.items()},
+    print(json.dumps({"bots": {i: {k: r.get(k) for k in ("episodes", "env_steps", "dropped")}
+                               for i, r in results.items()},
                       "learner_steps": st.get("learner_steps"), "replay_ratio": st.get("replay_ratio")}))
     return code
+
+
+def _lost(st: dict) -> int:
+    """Transitions that never reached the learner's replay: dropped by the bots' queues, by the
+    learner's full inbox, or out of order after a restart."""
+    return sum(int(st.get(k) or 0) for k in ("dropped_at_bots", "dropped_at_learner", "lost_out_of_order"))
+
+
+def _warn_if_starved(st: dict, cfg: Config) -> bool:
+    """True once it has warned: a cluster that loses over a tenth of what its bots play says so
+    with the fix, not only on the progress line (which --quiet hides)."""
+    ticks = int(st.get("ticks") or 0)
+    if ticks < 1000 or _lost(st) <= 0.1 * ticks:
+        return False
+    log.warning("the learner is not keeping up: %d of %d transitions (%.0f%%) were lost on the way so far at "
+                "--pace %s; use --pace learner (the default: each bot waits while the learner is behind), fewer "
+                "--bots, or a lower --utd-ratio", _lost(st), ticks, 100 * _lost(st) / ticks, cfg.pace)
+    return True
+
+
+def _summary(st: dict, results: dict, cfg: Config) -> None:
+    """The closing lines: what the bots played, what the learner got, what was lost, and the
+    gradient steps per transition it achieved."""
+    played = sum(int(r.get("env_steps") or 0) for r in results.values())
+    dropped = sum(int(r.get("dropped") or 0) for r in results.values())
+    received = int(st.get("transitions_received") or 0)
+    at_learner = int(st.get("dropped_at_learner") or 0) + int(st.get("lost_out_of_order") or 0)
+    utd = (st.get("learner_steps") or 0) / received if received else 0.0
+    log.info("the bots played %d transitions; the learner got %d, %d were dropped at the bots and %d at the "
+             "learner (%.0f%% of those played); gradient steps per transition received %.2f (utd_ratio %g)",
+             played, received, dropped, at_learner, 100 * (dropped + at_learner) / max(played, 1), utd,
+             cfg.utd_ratio)
 
 
 def _result(ray, ref, timeout: float | None = None) -> dict:

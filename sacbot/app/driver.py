@@ -2,7 +2,10 @@
 
 Pace modes:
 
-* ``free``: as fast as the env and the acting thread go.
+* ``learner`` (the default): as fast as the learner keeps up.  Between ticks, not inside
+  ``act``, the driver waits while more than half a queue of transitions waits for its updates,
+  so nothing is dropped and every transition gets its UTD steps; a fast learner never slows it.
+* ``free``: as fast as the env and the acting thread go; what the learner cannot take is dropped.
 * ``realtime``: ticks on a fixed clock at ``tps``; a tick that starts after its
   deadline counts as a miss (a game server would have moved on).
 * ``lockstep``: the agent waits after each step until the learner has done the UTD
@@ -91,8 +94,8 @@ def _warn_if_starved(agent: Agent, cfg: Config) -> bool:
     if share <= DROP_WARN_FRACTION:
         return False
     log.warning("the learner is not keeping up: %d of %d transitions (%.0f%%) were dropped so far at "
-                "--pace %s; use --pace lockstep (the bot waits for the learner), --pace realtime --tps N, or a "
-                "lower --utd-ratio", drops, agent.env_steps_played, 100 * share, cfg.pace)
+                "--pace %s; use --pace learner (the default: the bot waits while the learner is behind), "
+                "--pace realtime --tps N, or a lower --utd-ratio", drops, agent.env_steps_played, 100 * share, cfg.pace)
     return True
 
 
@@ -141,6 +144,8 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None, lear
                 action = agent.act(obs)
                 obs, reward, terminated, truncated, info = env.step(action)
                 agent.observe(reward, obs, terminated, truncated, info)
+                if cfg.pace == "learner":
+                    agent.keep_up()
                 steps += 1
                 ticks += 1
                 done = terminated or truncated

@@ -66,6 +66,7 @@ SEND_BATCH = 256
 SEND_PERIOD_S = 8.0
 PULL_PERIOD_S = 0.05  # a bot asks for a newer actor at most 20 times a second
 STATUS_PERIOD_S = 1.0
+WAITING_STATUS_PERIOD_S = 0.1  # while a bot waits for the learner (the learner pace)
 CALL_TIMEOUT_S = 10.0
 
 
@@ -266,7 +267,7 @@ class LearnerServer:
             transitions_received=self._received, dropped_at_learner=self._dropped_here,
             refused_at_learner=self._refused,
             lost_out_of_order=sum(o.lost for o in self._order.values()),
-            dropped_at_bots=bot_drops, inbox=self.inbox_size(),
+            dropped_at_bots=bot_drops, inbox=self.inbox_size(), inbox_capacity=self.inbox.capacity,
             bots={str(k): {"policy_lag": version - int(b.get("policy_version", 0)),
                            "ticks": b.get("ticks"), "episodes": b.get("episodes"),
                            "seen_s_ago": round(time.time() - b["time"], 1)} for k, b in bots.items()})
@@ -349,6 +350,11 @@ class RayLearnerClient(LearnerLink):
         # A restarted bot numbers from 1 again: the learner tells the new client by this id.
         self.client = uuid.uuid4().hex
         self.lost_in_flight = 0
+        # What is on its way to the learner, for the learner pace: the batch being filled and the
+        # transitions of calls not yet answered (the outbox's own length is read directly).
+        self._batching = 0
+        self._in_flight_n = 0
+        self._waiting = threading.Event()  # a bot waits for the learner: ship now, ask status often
         self._threads = [threading.Thread(target=self._send_loop, name="sacbot-sender", daemon=True),
                          threading.Thread(target=self._pull_loop, name="sacbot-puller", daemon=True)]
         for t in self._threads:
@@ -358,7 +364,18 @@ class RayLearnerClient(LearnerLink):
         ray = require_ray()
         in_flight: list = []
         seq_of: dict = {}  # in-flight call -> its batch number; the oldest tells the learner where we are
+        count_of: dict = {}  # in-flight call -> the messages it carries
+
+        def settle(done: list) -> None:
+            for ref in done:
+                seq_of.pop(ref, None)
+                self._in_flight_n -= count_of.pop(ref, 0)
+            self._settle(ray, done)
+
         while True:
+            if in_flight:  # answered calls leave at once: the learner pace counts what is still out
+                done, in_flight = ray.wait(in_flight, num_returns=len(in_flight), timeout=0)
+                settle(done)
             # Read before the outbox: whatever the bot put before closing is then in the drain
             # below, and goes in one last call instead of staying behind.
             closing = self._stop.is_set()
@@ -371,23 +388,28 @@ class RayLearnerClient(LearnerLink):
             deadline = time.monotonic() + SEND_PERIOD_S
             # Up to about twice the bot's own queue size (the last drain takes what waits): the
             # learner's inbox is sized from it (4 queues or more), so a batch always fits there.
-            while len(batch) < min(SEND_BATCH, self.outbox.capacity) and not self._stop.is_set():
+            # A bot that waits for the learner sends what it has: the rest of a batch would never come.
+            while (len(batch) < min(SEND_BATCH, self.outbox.capacity) and not self._stop.is_set()
+                   and not self._waiting.is_set()):
+                self._batching = len(batch)
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 more = self.outbox.recv(timeout=min(left, 0.1))  # a close is seen within 0.1 s
                 if more is not None:
                     batch += [more] + self.outbox.drain()
+            self._batching = len(batch)
             while len(in_flight) >= MAX_IN_FLIGHT and not self._stop.is_set():
                 done, in_flight = ray.wait(in_flight, num_returns=1, timeout=1.0)
-                for ref in done:
-                    seq_of.pop(ref, None)
-                self._settle(ray, done)
+                settle(done)
             info = {"policy_version": self.acting_version, "drops": self.outbox.drops,
                     "lost_in_flight": self.lost_in_flight}
             self._seq += 1
             seq = (self._seq, min([self._seq, *seq_of.values()]), self.client)
             seq_of[(ref := self.learner.send.remote(self.source, encode_batch(batch), info, seq))] = self._seq
+            count_of[ref] = len(batch)
+            self._in_flight_n += len(batch)
+            self._batching = 0
             in_flight.append(ref)
             if closing:
                 break  # one last drain, even if something still sends after the close
@@ -411,7 +433,8 @@ class RayLearnerClient(LearnerLink):
                 if got is not None:
                     version = got[0]
                     self.publish(unpack(ray.get(got[1], timeout=CALL_TIMEOUT_S)), version)
-                if time.monotonic() - last_status > STATUS_PERIOD_S:
+                period = WAITING_STATUS_PERIOD_S if self._waiting.is_set() else STATUS_PERIOD_S
+                if time.monotonic() - last_status > period:
                     last_status = time.monotonic()
                     st = ray.get(self.learner.status.remote(), timeout=CALL_TIMEOUT_S)
                     st.pop("bots", None)
@@ -437,6 +460,29 @@ class RayLearnerClient(LearnerLink):
     def wait_processed(self, n: int, timeout: float, stop=None) -> bool:
         return False  # lockstep needs a learner of one's own; the cluster refuses it up front
 
+    def wait_caught_up(self, sent: int, slack: int, timeout: float, stop=None) -> bool:
+        """The learner pace on a shared learner, Ape-X's replay-ratio control made per bot: wait
+        while this bot has more than ``slack`` messages on their way (queued, batched, in
+        flight) or the learner has more than half its inbox waiting for updates.  A learner that
+        is away (restarting) is not waited for: the bot plays on and counts its drops."""
+        def caught_up(st: dict) -> bool:
+            if not st.get("learner_alive", True):
+                return True
+            backlog = int(st.get("transitions_received", 0)) - int(st.get("processed", 0))
+            on_the_way = len(self.outbox) + self._batching + self._in_flight_n
+            return on_the_way <= slack and backlog <= int(st.get("inbox_capacity", 1 << 62)) // 2
+
+        if caught_up(self._status):
+            return True
+        self._waiting.set()
+        try:
+            # Polled (the local counts change without a status push): a stop event that is never
+            # set gives wait_for its poll interval when the caller has none.
+            ok = self.wait_for(caught_up, timeout, stop if stop is not None else threading.Event())
+        finally:
+            self._waiting.clear()
+        return ok and bool(self._status.get("learner_alive", True))
+
     def close(self, acting_rng: str | None = None, timeout: float = 30.0) -> dict:
         """Stops this bot's link only: the shared learner goes on and makes its own final save."""
         self._stop.set()
@@ -456,7 +502,7 @@ class BotServer:
 
     def run(self) -> dict:
         """Play until stopped (or --steps/--episodes).  Retried by Ray after a restart."""
-        from sacbot.app.driver import drive
+        from sacbot.app.driver import drive, dropped_share
 
         ray = require_ray()
         learner = None
@@ -466,6 +512,7 @@ class BotServer:
         report = drive(self.cfg, self.stop, learner=learner)
         agent = report.pop("agent")
         return {"bot": self.index, "episodes": agent.episodes, "env_steps": report["env_steps"],
+                "dropped": dropped_share(agent)[0] + (learner.lost_in_flight if learner is not None else 0),
                 "results": {k: list(map(float, v)) for k, v in agent.results.items()},
                 "wins": {k: list(map(bool, v)) for k, v in agent.wins.items()}}
 

@@ -71,10 +71,14 @@ class Config:
     episodes_per_opponent: int = _f(0, "Stop once every opponent of the env's schedule has had this many "
                                        "episodes (0: off); for evals of multi-opponent envs.", min=0,
                                    max=MAX_COUNT)
-    pace: str = _f("free", "free: as fast as possible; realtime: fixed tick clock at --tps; "
-                           "lockstep: acting waits for the learner's owed updates "
-                           "(deterministic, for sample-efficiency comparisons).",
-                   choices=("free", "realtime", "lockstep"))
+    pace: str = _f("learner", "learner: as fast as the learner keeps up (sacbot run and cluster wait between "
+                              "ticks while it is over half a --queue-size of transitions behind, so nothing "
+                              "is dropped and every transition gets its --utd-ratio updates); free: as fast "
+                              "as possible, dropping what the learner cannot take; realtime: fixed tick "
+                              "clock at --tps; lockstep: acting waits for each step's owed updates "
+                              "(deterministic, for sample-efficiency comparisons). A game's own loop "
+                              "(Agent, serve) never waits whatever the pace, except in lockstep.",
+                   choices=("learner", "free", "realtime", "lockstep"))
     # 100,000: a 10 us tick, shorter than act() itself; past it realtime pace is free pace.
     tps: float = _f(30.0, "Ticks per second in realtime pace.", min=1e-3, max=100_000.0)
     eval_mode: bool = _f(False, "Eval mode: deterministic actions, nothing sent to the learner, "
