@@ -369,3 +369,18 @@ def test_observe_with_gymnasiums_order_names_the_order_it_takes(tmp_path):
         assert "reward first" not in str(e.value)  # a bad reward alone gets no hint about the order
     finally:
         agent.close()
+
+
+def test_a_learner_that_fails_to_build_for_a_reason_not_a_setting_is_not_reported_as_a_config_error(
+        tmp_path, monkeypatch):
+    # A bug (here a KeyError inside the learner's build) must read as the learner's failure, exit 1,
+    # not as a bad setting, exit 2: only a ConfigError is the user's to fix.
+    from sacbot.learning import training
+
+    def broken(*a, **kw):
+        raise KeyError("a key the code, not the user, got wrong")
+
+    monkeypatch.setattr(training.TrainingState, "fresh", broken)
+    with pytest.raises(AgentError, match="the learner failed to build: KeyError: .a key the code") as e:
+        Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE, log=lambda m: None)
+    assert not isinstance(e.value, ConfigError)

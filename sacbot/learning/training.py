@@ -282,16 +282,17 @@ class LearnerLoop:
 
     # --- build, inside the owning thread or process -----------------------------------------
     def _start(self) -> bool:
-        """Build; a failure here is reported as a start error (a setting the learner refuses, or a
-        sound checkpoint these settings cannot resume is a config error) and nothing is written."""
+        """Build; a failure here is reported as a start error and nothing is written.  Only a
+        ConfigError (a setting the learner refuses, or a sound checkpoint these settings cannot
+        resume) is a config error (exit 2): anything else is a failure of the learner (exit 1)
+        and says what it was, so a bug never reads as a bad setting."""
+        from sacbot.config import ConfigError
+
         try:
             self._build()
         except Exception as e:  # noqa: BLE001 - reported to the assembler, which raises it
-            from sacbot.config import ConfigError
-
-            config = isinstance(e, ConfigError | KeyError | ValueError | TypeError | RuntimeError)
-            what = "" if isinstance(e, ConfigError) else "a sound checkpoint these settings cannot resume: "
-            self.error = f"{what}{type(e).__name__}: {e}" if not isinstance(e, ConfigError) else str(e)
+            config = isinstance(e, ConfigError)
+            self.error = str(e) if config else f"the learner failed to build: {type(e).__name__}: {e}"
             if self.io is not None:
                 self.io.stop(10.0)
             self.final_save = {"ok": False, "error": "the learner never started"}
@@ -310,7 +311,14 @@ class LearnerLoop:
         if self.checkpoint is not None:
             saved = self.checkpoint.get("manifest", {}).get("config", {}).get("utd_ratio")
             saved = float(saved) if isinstance(saved, int | float) and not isinstance(saved, bool) else None
-            self.state.load_payload(self.checkpoint["arrays"], self.checkpoint["meta"], saved_utd_ratio=saved)
+            try:
+                self.state.load_payload(self.checkpoint["arrays"], self.checkpoint["meta"], saved_utd_ratio=saved)
+            except (KeyError, ValueError, TypeError, RuntimeError) as e:
+                # The file verified, so what fails here is these settings against it (a shape that
+                # differs, a part they need that it lacks): the user's to change.
+                from sacbot.config import ConfigError
+
+                raise ConfigError(f"a sound checkpoint these settings cannot resume: {type(e).__name__}: {e}") from e
             self.checkpoint = None  # the replay arrays are in the buffer now: free the copy
         self.io = IOThread(self.save_slot, spec.weights_dir, cfg.keep_last, spec.config, spec.spaces,
                            latest_name=spec.latest_name)
