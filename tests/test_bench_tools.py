@@ -175,32 +175,6 @@ def test_bench_tankduel_refuses_runs_it_cannot_evaluate(pendulum_w, radar_w, tmp
     assert p.returncode == 2 and "observation='full' changes what the actor trained with" in p.stderr, p.stderr
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--random", "--opponent", "nobody"], "--opponent: unknown opponent 'nobody'; known: sitting_duck"),
-    (["--random", "--every", "0"], "--every wants an integer >= 1"),
-    (["--random", "--seed", "-1"], "--seed wants an integer >= 0"),
-    (["--random", "--max-ticks", "-1"], "--max-ticks wants an integer >= 1"),
-    (["--random", "--out", "{tmp}"], "--out wants a file name ending in .gif"),
-    (["--random", "--out", "{tmp}/x.txt"], "--out wants a file name ending in .gif"),
-    (["--random", "--out", "{tmp}/nodir/x.gif"], "--out wants a .gif file in an existing directory"),
-])
-def test_render_episode_refuses_bad_flags_before_playing(args, says, tmp_path):
-    pytest.importorskip("PIL", reason="Pillow (plot extra) is not installed")
-    p = run_tool("render_episode", *(s.format(tmp=tmp_path) for s in args))
-    assert p.returncode == 2 and says in p.stderr, p.stderr
-    assert os.listdir(tmp_path) == []
-
-
-@pytest.mark.timeout(120)
-def test_render_episode_plays_in_the_checkpoints_own_env(pendulum_w, radar_w, tmp_path):
-    pytest.importorskip("PIL", reason="Pillow (plot extra) is not installed")
-    out = tmp_path / "radar.gif"
-    p = run_tool("render_episode", "--weights", radar_w / "sac_latest.zip", "--max-ticks", "6", "--out", out)
-    assert p.returncode == 0 and "6 ticks" in p.stdout and out.stat().st_size > 0, p.stderr
-    p = run_tool("render_episode", "--weights", pendulum_w / "sac_latest.zip", "--out", tmp_path / "p.gif")
-    assert p.returncode == 2 and "trained on Pendulum-v1; only the TankDuel envs" in p.stderr, p.stderr
-
-
 # Benchmarks no test runs rot unseen: a tool that reads an attribute the runtime no longer has
 # (agent.snapshot, SaveSlot.held) dies before printing a figure.  Each runs here at a tiny size.
 @pytest.mark.timeout(180)

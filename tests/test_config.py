@@ -338,7 +338,7 @@ def _checkpoint_with_carry(tmp_path, carry: float, saved_ratio: float):
     import numpy as np
     from helpers import ACT_SPACE, OBS_SPACE, small_cfg
 
-    from sacbot.acting.agent import learner_spaces
+    from sacbot.acting.spaces import learner_spaces
     from sacbot.learning.training import TrainingState, handle_message
     from sacbot.store import checkpoint as ck
     from sacbot.wire.messages import NewEpisode, Transition

@@ -1,4 +1,4 @@
-"""A bot's client of the Ray learner (sacbot.app.ray_cluster), with Ray replaced by a stand-in."""
+"""A bot's client of the Ray learner (sacbot.app.ray_client), with Ray replaced by a stand-in."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def tr(i=0.0, term=False, trunc=False):
 def test_a_ray_bot_sends_what_it_queued_before_closing(monkeypatch):
     """A bot's sender closes with one last call for what waits in its outbox: here the close comes
     while a send call is in progress and more transitions wait, which were left behind before."""
-    from sacbot.app import ray_cluster
+    from sacbot.app import ray_client
     from sacbot.wire.channels import transitions_in
     from sacbot.wire.messages import decode_batch
 
@@ -46,8 +46,8 @@ def test_a_ray_bot_sends_what_it_queued_before_closing(monkeypatch):
         def get(ref, timeout=None):
             return ref
 
-    monkeypatch.setattr(ray_cluster, "require_ray", lambda: FakeRay)
-    link = ray_cluster.RayLearnerClient(learner, source=0, queue_size=64)
+    monkeypatch.setattr(ray_client, "require_ray", lambda: FakeRay)
+    link = ray_client.RayLearnerClient(learner, source=0, queue_size=64)
     assert link.send([tr(i) for i in range(64)]) == 64  # a full call: sent at once
     assert in_call.wait(30)
     assert link.send([tr(i) for i in range(10)]) == 10  # queued while that call is on its way

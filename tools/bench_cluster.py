@@ -506,7 +506,7 @@ def ray_call_cost(ray, a) -> dict:
 def part_ingest(a, tmp: str) -> dict:
     import ray
 
-    from sacbot.app.ray_cluster import NAMESPACE
+    from sacbot.app.ray_client import NAMESPACE
 
     before = ray_pids()
     out: dict = {"profile": profile_ingest(a), "runs": []}

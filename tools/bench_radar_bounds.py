@@ -278,7 +278,7 @@ def main() -> int:
     if "opponents" in kwargs:  # each opponent's episodes set it; the kwarg would be ignored, yet echoed
         p.error("--env-kwargs: give the opponents with --opponents")
     if "render_mode" in kwargs:  # the bounds play without drawing; "human" failed deep in gymnasium
-        p.error("--env-kwargs: render_mode is not for a bench (tools/render_episode.py draws an episode)")
+        p.error("--env-kwargs: render_mode is not for a bench (sacbot render draws an episode)")
     out: dict = {"bench": "radar_bounds", "env": a.env, "env_kwargs": kwargs, "results": {}}
     for opp in a.opponents:
         try:

@@ -224,7 +224,7 @@ def json_object(text: str) -> dict:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"wants a JSON object like '{{\"radar_arc\": 40}}', got {text!r}")
     if "render_mode" in value:  # the benches play without drawing; "human" failed deep in gymnasium
-        raise argparse.ArgumentTypeError(f"render_mode is not for a bench (tools/render_episode.py draws): {text!r}")
+        raise argparse.ArgumentTypeError(f"render_mode is not for a bench (sacbot render draws one): {text!r}")
     return value
 
 

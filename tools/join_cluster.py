@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from sacbot import Agent
     from sacbot.acting.games import make_env, with_env_critic_obs
-    from sacbot.app.ray_cluster import LEARNER_NAME, NAMESPACE, RayLearnerClient
+    from sacbot.app.ray_client import NAMESPACE, RayLearnerClient
+    from sacbot.app.ray_cluster import LEARNER_NAME
     from sacbot.config import Config
 
     try:

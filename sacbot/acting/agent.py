@@ -36,7 +36,9 @@ import gymnasium as gym
 import numpy as np
 
 from sacbot.acting import policy
+from sacbot.acting.errors import AgentError, AgentInterrupted
 from sacbot.acting.latency import LatencyWindow
+from sacbot.acting.spaces import input_dim, learner_spaces, space_dims
 from sacbot.config import Config, ConfigError
 from sacbot.store.files import UnusableDir, append_jsonl, make_dir
 from sacbot.store.liveness import Heartbeat, RoundCounter
@@ -62,49 +64,6 @@ Starter = Callable[..., Start]
 def _log_line(message: str) -> None:
     """The default ``log`` of an Agent: the "sacbot" logger (the CLI configures it)."""
     logging.getLogger("sacbot").info(message.removeprefix("sacbot: "))
-
-
-class AgentError(RuntimeError):
-    """The agent cannot start or was used wrongly; the message says what to do."""
-
-
-class AgentInterrupted(AgentError):
-    """The stop request came while the agent was starting: nothing was saved or left running."""
-
-
-def space_dims(obs_space: gym.Space, action_space: gym.Space) -> tuple[int, int]:
-    if not isinstance(obs_space, gym.spaces.Box):
-        raise AgentError(f"observation space {obs_space} is not supported: sacbot needs a Box "
-                         "(wrap Dict/Tuple spaces in gymnasium.wrappers.FlattenObservation)")
-    if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
-        raise AgentError(f"action space {action_space} is not supported: sacbot needs a 1-D Box")
-    if not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
-        raise AgentError(f"action space {action_space} is unbounded: SAC squashes actions with "
-                         "tanh and needs finite low/high")
-    with np.errstate(over="ignore", invalid="ignore"):  # the acting policy scales in float32
-        span = (action_space.high.astype(np.float32) - action_space.low.astype(np.float32)) / 2
-    if not np.isfinite(span).all():
-        raise AgentError(f"action space {action_space} is too wide: its bounds must be finite as float32 and "
-                         "(high - low) too, or act() would return inf/NaN; rescale the actions")
-    return int(np.prod(obs_space.shape)), int(action_space.shape[0])
-
-
-def input_dim(cfg: Config, obs_dim: int) -> int:
-    """The networks' observation input: the env's, plus the previous reward with ``reward_input``.
-    The learner only ever sees this (its replay stores observations with the reward appended)."""
-    return obs_dim + int(cfg.reward_input)
-
-
-def learner_spaces(net_obs: int, obs_space: gym.Space, action_space: gym.Space, env_layout: dict | None = None) -> dict:
-    """What a learner saves of the game with its bot (the manifest's ``spaces``): the networks'
-    input size, the spaces, and the env's layout kwargs (sacbot.acting.games.env_layout), which a later
-    resume or eval is checked against."""
-    spaces = {"obs_dim": net_obs, "act_dim": int(np.prod(action_space.shape)), "obs_shape": list(obs_space.shape),
-              "action_low": np.asarray(action_space.low, np.float32).tolist(),
-              "action_high": np.asarray(action_space.high, np.float32).tolist()}
-    if env_layout:
-        spaces["env_layout"] = dict(env_layout)
-    return spaces
 
 
 class Agent:

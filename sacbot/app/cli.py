@@ -76,6 +76,20 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (--run-dir of sacbot run)")
     sp.add_argument("--out", metavar="FILE", help="the PNG to write (default RUN_DIR/plots/overview.png; "
                                                   "needed for several runs)")
+    sp = sub.add_parser("render", help="a GIF of one episode played by a checkpoint (needs the plot extra)",
+                        description="Play one episode with a checkpoint's deployed actor, deterministically, in "
+                                    "the env it trained in (or --env), and write its frames as a GIF. The env "
+                                    "must render rgb_array frames.")
+    src = sp.add_mutually_exclusive_group(required=True)
+    src.add_argument("checkpoint", nargs="?", metavar="CHECKPOINT", help="the checkpoint zip whose actor plays")
+    src.add_argument("--random", action="store_true", help="a uniformly random policy plays --env instead")
+    sp.add_argument("--env", help="the env to play (default: the checkpoint's own)")
+    sp.add_argument("--env-kwargs", default="", metavar="JSON", help="laid over the env's kwargs, e.g. "
+                                                                      '\'{"opponents": ["spinner"]}\'')
+    sp.add_argument("--seed", type=int, default=0, help="the episode's seed (default 0)")
+    sp.add_argument("--max-ticks", type=int, default=1000, help="stop after this many ticks (default 1000)")
+    sp.add_argument("--every", type=int, default=2, help="keep every Nth frame (default 2: a smaller GIF)")
+    sp.add_argument("--out", default="episode.gif", help="the GIF to write (default episode.gif)")
     sp = sub.add_parser("status", help="print a run directory's heartbeat")
     sp.add_argument("run_dir", nargs="?", default="runs/default")
     return p
@@ -283,6 +297,26 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def cmd_render(args) -> int:
+    from sacbot.app.render import RenderArgs, RenderError, render
+
+    a = RenderArgs(checkpoint=None if args.random else args.checkpoint, out=args.out, env=args.env,
+                   env_kwargs=args.env_kwargs, seed=args.seed, max_ticks=args.max_ticks, every=args.every)
+    try:
+        print(render(a))
+    except ValueError as e:
+        print(f"sacbot: render: {e}", file=sys.stderr)
+        return 2
+    except ImportError as e:
+        print(f"sacbot: render: Pillow is not installed ({e}); install the plot extra: pip install "
+              "'sacbot[plot]'", file=sys.stderr)
+        return 2
+    except RenderError as e:
+        print(f"sacbot: render: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_status(args) -> int:
     from sacbot.app.status import print_status
 
@@ -322,6 +356,8 @@ def _main(argv: list[str]) -> int:
             return cmd_inspect(args)
         if args.cmd == "plot":
             return cmd_plot(args)
+        if args.cmd == "render":
+            return cmd_render(args)
         return cmd_status(args)
     except ConfigError as e:
         print(f"sacbot: configuration error: {e}", file=sys.stderr)

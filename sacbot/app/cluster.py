@@ -23,7 +23,8 @@ import socket
 import threading
 import time
 
-from sacbot.app.ray_cluster import NAMESPACE, bot_actor, learner_actor, require_ray
+from sacbot.app.ray_client import NAMESPACE, require_ray
+from sacbot.app.ray_cluster import bot_actor, learner_actor
 from sacbot.config import Config, ConfigError
 from sacbot.store.liveness import Heartbeat, read_round_counter
 from sacbot.wire.boundary import LearnerSpec
@@ -80,7 +81,7 @@ def run_cluster(cfg: Config, a: ClusterArgs, stop: threading.Event) -> int:
 
     env = make_env(cfg.env, kwargs=cfg.env_kwargs_dict())
     cfg = with_env_critic_obs(cfg, env)
-    from sacbot.acting.agent import input_dim, learner_spaces, space_dims
+    from sacbot.acting.spaces import input_dim, learner_spaces, space_dims
 
     obs_dim, act_dim = space_dims(env.observation_space, env.action_space)
     obs_dim = input_dim(cfg, obs_dim)  # what the learner sees

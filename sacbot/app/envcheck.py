@@ -19,8 +19,9 @@ def check_env(cfg: Config) -> None:
     """Make ``cfg.env`` with ``cfg.env_kwargs``, check its spaces, reset it and step it once with a
     sampled action."""
     from sacbot import envs  # noqa: F401 - registers sacbot's envs (the repo's envs/, installed as sacbot.envs)
-    from sacbot.acting.agent import AgentError, space_dims
+    from sacbot.acting.errors import AgentError
     from sacbot.acting.games import GameImportError, flatten_if_nested, gym_make
+    from sacbot.acting.spaces import space_dims
     from sacbot.wire.messages import MAX_ABS_OBS, MessageError, check_reward, check_vector
 
     kwargs = cfg.env_kwargs_dict()

@@ -269,7 +269,7 @@ class Config:
             raise ConfigError(f"env_kwargs = {shown} is not accepted: expected a JSON object")
         if "render_mode" in d:  # "human" failed inside gymnasium with advice to install pygame
             raise ConfigError(f"env_kwargs = {shown} is not accepted: sacbot plays without rendering, so it sets "
-                              "no render_mode; drop it (tools/render_episode.py draws an episode)")
+                              "no render_mode; drop it (sacbot render draws an episode)")
         return d
 
     def to_dict(self) -> dict[str, Any]:

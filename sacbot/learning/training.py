@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from sacbot.config import Config
+from sacbot.config import Config, ConfigError
 from sacbot.learning.io_thread import IOThread
 from sacbot.learning.priority import yield_cpu_to_acting
 from sacbot.learning.replay import SequenceReplay
@@ -286,8 +286,6 @@ class LearnerLoop:
         ConfigError (a setting the learner refuses, or a sound checkpoint these settings cannot
         resume) is a config error (exit 2): anything else is a failure of the learner (exit 1)
         and says what it was, so a bug never reads as a bad setting."""
-        from sacbot.config import ConfigError
-
         try:
             self._build()
         except Exception as e:  # noqa: BLE001 - reported to the assembler, which raises it
@@ -311,13 +309,9 @@ class LearnerLoop:
         if self.checkpoint is not None:
             saved = self.checkpoint.get("manifest", {}).get("config", {}).get("utd_ratio")
             saved = float(saved) if isinstance(saved, int | float) and not isinstance(saved, bool) else None
-            try:
+            try:  # the file verified: what fails here is these settings against it, the user's to change
                 self.state.load_payload(self.checkpoint["arrays"], self.checkpoint["meta"], saved_utd_ratio=saved)
             except (KeyError, ValueError, TypeError, RuntimeError) as e:
-                # The file verified, so what fails here is these settings against it (a shape that
-                # differs, a part they need that it lacks): the user's to change.
-                from sacbot.config import ConfigError
-
                 raise ConfigError(f"a sound checkpoint these settings cannot resume: {type(e).__name__}: {e}") from e
             self.checkpoint = None  # the replay arrays are in the buffer now: free the copy
         self.io = IOThread(self.save_slot, spec.weights_dir, cfg.keep_last, spec.config, spec.spaces,
