@@ -40,7 +40,7 @@ def _register(id_, **kw):
 _register("sacbot/TankDuel-v0", entry_point=f"{__name__}.tank_duel:TankDuel",
           kwargs={"opponents": ("sitting_duck",), "schedule": "fixed", "gun_control": "aim"})
 # The duel that leaves memory to the player: only what the radar sees this tick, the gun turned
-# directly (what memory buys in it: tools/bench_radar_bounds.py).
+# directly (what memory buys in it: tools/bench/radar_bounds.py).
 _register("sacbot/TankDuelRadar-v0", entry_point=f"{__name__}.tank_duel:TankDuel",
           kwargs={"opponents": ("sitting_duck",), "schedule": "fixed", "gun_control": "turn",
                   "observation": "radar"})
@@ -55,7 +55,7 @@ _register("sacbot/TankDuelRadar-v1", entry_point=f"{__name__}.tank_duel:TankDuel
           kwargs={"opponents": ("sitting_duck",), "schedule": "fixed", "gun_control": "turn",
                   "observation": "radar", "radar_arc": 120.0, "critic_info": True, "shaping": True})
 # The duel where memory is needed, to measure what it buys: v1's aids (critic-only enemy state, shaping) at v0's
-# 40-degree radar, so the radar's sweep holds the enemy a third as often as v1's.  tools/bench_radar_bounds.py
+# 40-degree radar, so the radar's sweep holds the enemy a third as often as v1's.  tools/bench/radar_bounds.py
 # measures what that does: a memoryless policy that fires on a sighting still wins v1 (120 degrees)
 # 100% under a learner's gun noise, but at 40 degrees it wins 22-54% against sitting_duck and 2-10%
 # against tracker, while one that remembers the last sighting wins 100% (docs/experiments.md).

@@ -68,7 +68,7 @@ player: the observation holds only what the tank knows of itself and what the ra
 tick*; nothing about the enemy survives a tick out of the arc (no last-seen fields, dead
 reckoning or bullets on course).  Its gun is turned directly (``gun_control="turn"``): the aim
 mode steers by the env's own memory of the last sighting.  What memory buys here is measured by
-``tools/bench_radar_bounds.py``: against a target that stands still (sitting_duck, or tracker
+``tools/bench/radar_bounds.py``: against a target that stands still (sitting_duck, or tracker
 coming straight at a still tank) a memoryless player wins as often and almost as fast, because
 the tank's own state holds what it needs (a gun turned onto the target stays on it; the gun heat
 and the radar's heading can carry more); against walker memory wins more.  Its 32 values:

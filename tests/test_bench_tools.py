@@ -19,7 +19,7 @@ TOOLS = Path(__file__).resolve().parent.parent / "tools"
 @pytest.mark.timeout(120)
 def test_bench_capacity_reports_medians_samples_and_bots_from_its_own_runs(tmp_path):
     jsonl = tmp_path / "runs.jsonl"
-    p = subprocess.run([sys.executable, str(TOOLS / "bench_capacity.py"), "--batches", "2", "--seq-len", "4",
+    p = subprocess.run([sys.executable, str(TOOLS / "bench" / "capacity.py"), "--batches", "2", "--seq-len", "4",
                         "--hidden", "8", "--burn-in", "0,2", "--rounds", "2", "--seconds", "0.1",
                         "--replay-ratios", "8,2", "--jsonl", str(jsonl)],
                        capture_output=True, text=True, timeout=110)
@@ -52,7 +52,7 @@ def test_gpu_rows_are_compared_with_cpu_rows_of_the_same_burn_in():
     summary = {"cpu/t1/b256/bi0": row("cpu", 1, 256, 0, 100), "cpu/t8/b256/bi0": row("cpu", 8, 256, 0, 400),
                "cpu/t1/b256/bi8": row("cpu", 1, 256, 8, 80), "cpu/t8/b256/bi8": row("cpu", 8, 256, 8, 1000),
                "cuda/b256/bi0": row("gpu", 1, 256, 0, 2000), "cuda/b1024/bi8": row("gpu", 1, 1024, 8, 4000)}
-    ratios = load_tool("bench_capacity").gpu_over_cpu(summary)
+    ratios = load_tool("bench/capacity").gpu_over_cpu(summary)
     assert ratios == {
         "cuda/b256/bi0": {"vs_cpu_1_thread_same_batch": 20.0, "vs_best_cpu": 5.0, "best_cpu": "cpu/t8/b256/bi0"},
         "cuda/b1024/bi8": {"vs_cpu_1_thread_same_batch": None, "vs_best_cpu": 4.0, "best_cpu": "cpu/t8/b256/bi8"},
@@ -67,7 +67,7 @@ def test_gpu_rows_are_compared_with_cpu_rows_of_the_same_burn_in():
     (["--jsonl", "/nonexistent-dir/x.jsonl"], "cannot append"),
 ])
 def test_bench_capacity_refuses_bad_arguments_before_measuring(args, says):
-    p = subprocess.run([sys.executable, str(TOOLS / "bench_capacity.py"), *args], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, str(TOOLS / "bench" / "capacity.py"), *args], capture_output=True, text=True,
                        timeout=50)
     assert p.returncode == 2 and says in p.stderr, p.stderr
 
@@ -109,14 +109,14 @@ def run_tool(name, *args, **kw):
     (["--train", "--env", "Pendulum-v1"], "--env wants one of sacbot/TankDuel-v0, sacbot/TankDuelRadar-v0"),
 ])
 def test_bench_tankduel_refuses_bad_flags_before_training(args, says, tmp_path):
-    p = run_tool("bench_tankduel", *args, "--episodes", "1", env={**os.environ, "TMPDIR": str(tmp_path)})
+    p = run_tool("bench/tankduel", *args, "--episodes", "1", env={**os.environ, "TMPDIR": str(tmp_path)})
     assert p.returncode == 2 and says in p.stderr, p.stderr
     assert os.listdir(tmp_path) == []  # no training started
 
 
 def test_bench_tankduel_shows_a_failed_training_runs_message_and_keeps_its_dir(tmp_path):
     # a seed the tool passes through, which sacbot run refuses
-    p = run_tool("bench_tankduel", "--train", "--steps", "1", "--seed", "-1", "--opponents", "sitting_duck",
+    p = run_tool("bench/tankduel", "--train", "--steps", "1", "--seed", "-1", "--opponents", "sitting_duck",
                  env={**os.environ, "TMPDIR": str(tmp_path)})
     assert p.returncode == 2, p.stderr
     assert "training sacbot against sitting_duck (seed -1) failed (exit 2)" in p.stderr and "seed = -1" in p.stderr
@@ -127,7 +127,7 @@ def test_bench_tankduel_shows_a_failed_training_runs_message_and_keeps_its_dir(t
 
 @pytest.mark.timeout(120)
 def test_bench_tankduel_train_runs_each_seed_and_variant_and_sums_up_their_last_points(tmp_path):
-    p = run_tool("bench_tankduel", "--train", "--steps", "1100", "--save-every", "50", "--seed", "3", "4",
+    p = run_tool("bench/tankduel", "--train", "--steps", "1100", "--save-every", "50", "--seed", "3", "4",
                  "--jobs", "2", "--opponents", "sitting_duck", "--episodes", "1",
                  env={**os.environ, "TMPDIR": str(tmp_path)})
     assert p.returncode == 0, p.stderr
@@ -143,7 +143,7 @@ def test_bench_tankduel_train_runs_each_seed_and_variant_and_sums_up_their_last_
 
 
 def test_bench_tankduel_finals_are_each_seeds_last_point_and_the_gap_over_the_control():
-    bench = load_tool("bench_tankduel")
+    bench = load_tool("bench/tankduel")
 
     def curve(*wins):
         return [{"actor": "int8", "win_rate": w} for w in wins]
@@ -162,15 +162,15 @@ def test_bench_tankduel_finals_are_each_seeds_last_point_and_the_gap_over_the_co
 
 @pytest.mark.timeout(120)
 def test_bench_tankduel_refuses_runs_it_cannot_evaluate(pendulum_w, radar_w, tmp_path):
-    p = run_tool("bench_tankduel", "--runs", f"a={pendulum_w}", "--episodes", "1")
+    p = run_tool("bench/tankduel", "--runs", f"a={pendulum_w}", "--episodes", "1")
     assert p.returncode == 2 and "--runs a:" in p.stderr and "trained on Pendulum-v1" in p.stderr, p.stderr
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "sac_step_5.zip").write_bytes(b"not a zip")
-    p = run_tool("bench_tankduel", "--runs", f"b={bad}", "--episodes", "1")
+    p = run_tool("bench/tankduel", "--runs", f"b={bad}", "--episodes", "1")
     assert p.returncode == 1 and p.stderr.strip().splitlines() == [
         f"bench_tankduel: {bad / 'sac_step_5.zip'}: unreadable checkpoint (BadZipFile: File is not a zip file)"]
-    p = run_tool("bench_tankduel", "--runs", f"r={radar_w}", "--episodes", "1", "--eval-env-kwargs",
+    p = run_tool("bench/tankduel", "--runs", f"r={radar_w}", "--episodes", "1", "--eval-env-kwargs",
                  '{"observation": "full"}')
     assert p.returncode == 2 and "observation='full' changes what the actor trained with" in p.stderr, p.stderr
 
@@ -179,12 +179,12 @@ def test_bench_tankduel_refuses_runs_it_cannot_evaluate(pendulum_w, radar_w, tmp
 # (agent.snapshot, SaveSlot.held) dies before printing a figure.  Each runs here at a tiny size.
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("tool, args, check", [
-    ("bench_acting", ["--calls", "50", "--ticks", "10", "--hidden", "8", "--rates", "200"],
+    ("bench/acting", ["--calls", "50", "--ticks", "10", "--hidden", "8", "--rates", "200"],
      lambda r: r["act_idle"]["n"] == 50 and r["act_idle"]["p50_us"] > 0 and r["realtime"]["200tps"]["ticks"] == 10),
-    ("bench_checkpoint", ["--hidden", "8", "--repeats", "1", "--blocks", "1", "--block-steps", "20", "--every", "10"],
+    ("bench/checkpoint", ["--hidden", "8", "--repeats", "1", "--blocks", "1", "--block-steps", "20", "--every", "10"],
      lambda r: r["saves"][0]["file_bytes"] > 0 and r["step_time_while_saving"][0]["saving"]["n"] == 20
      and r["step_time_while_saving"][0]["saves_written"] >= 1),
-    ("bench_env", ["--steps", "200", "--rounds", "1"], lambda r: r["median_steps_per_s"]["tankduel_raw"] > 0),
+    ("bench/env", ["--steps", "200", "--rounds", "1"], lambda r: r["median_steps_per_s"]["tankduel_raw"] > 0),
 ])
 def test_each_benchmark_runs_at_smoke_size_and_prints_its_json_line(tool, args, check):
     p = subprocess.run([sys.executable, str(TOOLS / f"{tool}.py"), *args], capture_output=True, text=True, timeout=170)
@@ -194,7 +194,7 @@ def test_each_benchmark_runs_at_smoke_size_and_prints_its_json_line(tool, args, 
 
 
 def test_the_robustness_suite_statistics():
-    rb = load_tool("bench_robust")
+    rb = load_tool("bench/robust")
     assert rb.iqm([1, 2, 3, 4, 100, -100, 5, 6]) == 3.5  # the middle half of 8: 2, 3, 4, 5
     assert rb.iqm([1, 2, 9]) == 4.0  # under 4 runs nothing is cut
     lo, hi = rb.bootstrap_ci([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
@@ -212,7 +212,7 @@ def test_the_robustness_suite_appends_each_run_and_resumes_where_it_stopped(tmp_
     out = tmp_path / "suite.jsonl"
     args = ("--tasks", "Pendulum-v1", "--views", "full", "F", "--arms", "sacbot", "random", "--steps", "200",
             "--seeds", "0", "--episodes", "1", "--out", out)
-    p = run_tool("bench_robust", *args)
+    p = run_tool("bench/robust", *args)
     assert p.returncode == 0, p.stderr
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert sorted((r["view"], r["arm"]) for r in rows) == [("F", "random"), ("F", "sacbot"), ("full", "random"),
@@ -220,6 +220,6 @@ def test_the_robustness_suite_appends_each_run_and_resumes_where_it_stopped(tmp_
     rep = json.loads(p.stdout.strip().splitlines()[-1])
     assert rep["runs"] == 4 and rep["report"]["Pendulum-v1 F"]["sacbot"]["iqm"] == round(
         next(r["return"] for r in rows if (r["view"], r["arm"]) == ("F", "sacbot")), 2)
-    again = run_tool("bench_robust", *args)  # everything is done: nothing runs, nothing is added
+    again = run_tool("bench/robust", *args)  # everything is done: nothing runs, nothing is added
     assert again.returncode == 0 and "bench_robust: Pendulum" not in again.stderr
     assert len(out.read_text().splitlines()) == 4

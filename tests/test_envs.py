@@ -409,10 +409,10 @@ def test_the_radar_observation_shows_the_enemy_while_it_is_in_the_arc():
 
 
 def test_the_scripted_policies_decode_the_radar_observation_as_documented():
-    """tools/bench_radar_bounds.py's policies read everything through ``decode``; checked here
+    """tools/bench/radar_bounds.py's policies read everything through ``decode``; checked here
     against the env's own state, with our tank off-centre and the enemy moving, so a field
     swapped, rescaled or negated in ``_radar_obs`` (or in ``decode``) shows."""
-    tool = load_tool("bench_radar_bounds")
+    tool = load_tool("bench/radar_bounds")
     env = TankDuel(opponents="walker", observation="radar")
     env.reset(seed=3)
     env.tick = 42
@@ -438,7 +438,7 @@ def test_a_memoryless_scripted_policy_wins_the_radar_duel_against_sitting_duck()
     """What the radar duel allows (docs/experiments.md): the gun keeps pointing where
     the last sighting put it, so a policy without memory kills the duck too, later than one
     with memory; and a policy that aims at nothing does not."""
-    tool = load_tool("bench_radar_bounds")
+    tool = load_tool("bench/radar_bounds")
     env = gym.make(RADAR)
     mem = tool.play(env, tool.memory(), 4)
     blind = tool.play(env, tool.memoryless(True), 4)
@@ -463,10 +463,10 @@ def test_a_memoryless_scripted_policy_wins_the_radar_duel_against_sitting_duck()
 
 
 def test_gun_noise_as_in_training_leaves_memory_winning_and_slows_the_held_gun():
-    """tools/bench_radar_bounds.py --gun-noise: the noise a learner's actor adds to its gun turn
+    """tools/bench/radar_bounds.py --gun-noise: the noise a learner's actor adds to its gun turn
     in training.  The memory policy re-aims every tick, so it shrugs the noise off; the memoryless
     one's memory is the held gun, which the noise walks off the target."""
-    tool = load_tool("bench_radar_bounds")
+    tool = load_tool("bench/radar_bounds")
     plain = tool.memoryless(True)
     assert tool.with_gun_noise(plain, 0.0) is plain
     act, _ = tool.with_gun_noise(plain, 0.35, seed=1)
@@ -485,7 +485,7 @@ def test_the_scripted_policies_play_v1_as_a_bot_would_at_its_wider_arc():
     """v1 appends values for the critic alone and widens the arc to 120 degrees: the bounds give
     the policies the actor's 32 values only, and the clock policies read the duel's own arc (at
     v0's 40-degree arc a 120-degree sighting would be decoded as 40)."""
-    tool = load_tool("bench_radar_bounds")
+    tool = load_tool("bench/radar_bounds")
     env = gym.make("sacbot/TankDuelRadar-v1")
     shapes = []
     act, reset = tool.memory()

@@ -77,14 +77,14 @@ def test_a_learner_nice_out_of_range_is_refused_by_name(value, tmp_path):
 def test_the_acting_thread_is_not_kept_waiting_while_the_thread_learner_trains():
     """A probe on the acting thread sleeps 1 ms again and again while the thread learner trains flat
     out, with CPU-bound processes beside the bot so that one more thread wants a core than there
-    are cores (tools/bench_gil.py at smoke size).  At the bot's own priority the learner kept it
+    are cores (tools/bench/gil.py at smoke size).  At the bot's own priority the learner kept it
     from a core for a whole scheduler tick (~4 ms) 14-21 times a second on a 2-core machine; at the
     default 1-4 times.  Compared side by side in one run, so a faster or busier machine moves both
     arms; the bound is the ratio, which the learner at the bot's priority (the code before the fix)
     cannot meet."""
     nice = Config().learner_nice
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_gil.py"), "--seconds", "8", "--repeats", "1",
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "gil.py"), "--seconds", "8", "--repeats", "1",
                         "--load", str(max(1, cores - 1)), "--nice", "0", str(nice)],
                        capture_output=True, text=True, timeout=220)
     assert r.returncode == 0, r.stderr[-3000:]

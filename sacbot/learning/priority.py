@@ -23,7 +23,7 @@ def yield_cpu_to_acting(nice: int) -> int | None:
     Why: with the learner and the acting thread both runnable and fewer free cores than that, the
     kernel let the learner run out its time slice while acting waited, a whole scheduler tick
     (~4 ms) at a time; measured by the acting thread's own run-queue delay, not a GIL wait
-    (``tools/bench_gil.py``).  At a lower priority the acting thread preempts it on wake-up.
+    (``tools/bench/gil.py``).  At a lower priority the acting thread preempts it on wake-up.
     Linux keeps niceness per thread, so this touches neither the acting thread nor, in a child
     process, anything but the learner; other systems keep it per process, where only a process
     learner (which owns its process) may lower it."""

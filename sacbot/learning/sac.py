@@ -13,7 +13,7 @@ Layout (after pomdp-baselines, Ni et al. 2022): actor and critic each encode the
 (obs_t, a_{t-1}) with their own fc1 -> LSTM.  The critic's recurrent core runs **once** per
 update and serves both Q heads, the replayed actions and the policy's actions; the target
 critic is a polyak copy of core and heads.  A naive layout (one recurrent network per Q, the
-yardstick of ``tools/bench_learner.py``) runs 8 LSTM passes forward and 5 backward per
+yardstick of ``tools/bench/learner.py``) runs 8 LSTM passes forward and 5 backward per
 update; this one runs 3 forward (actor, critic, target) and 2 backward.
 
 Only the actor is quantization-aware: it is the only network that is deployed, so

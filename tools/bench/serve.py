@@ -4,7 +4,7 @@ thread learner training once ``learning_starts`` transitions are in) and the Pyt
 process, over TCP on 127.0.0.1 and over a Unix socket.  A game that steps back to back, one
 episode of ``--ticks`` steps per transport after ``--warmup`` steps.  Last line is JSON.
 
-    python tools/bench_serve.py --ticks 5000 --warmup 1500
+    python tools/bench/serve.py --ticks 5000 --warmup 1500
 """
 
 from __future__ import annotations

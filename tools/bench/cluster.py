@@ -23,7 +23,7 @@
   ratio of gradient steps/s says what ingest costs training.  UTD 0: the ingest ceiling with the
   training thread only storing.  Also a profile in this process: encode, decode, Channel.send,
   replay add, and the calls/s of a bare Ray actor method at the same in-flight bound.
-* ``capacity``: ``tools/bench_learner.py --batch B`` for each ``--capacity-batches`` (the naive
+* ``capacity``: ``tools/bench/learner.py --batch B`` for each ``--capacity-batches`` (the naive
   yardstick beside it), samples/s = B x seq_len x steps/s, and the scale model
   N = C / (R x 30) at replay ratios 512, 128 and 32.
 
@@ -31,10 +31,10 @@ A local Ray instance listens on loopback only (``RAY_ENABLE_WINDOWS_OR_OSX_CLUST
 ``import ray``, as ``sacbot cluster`` does) and is shut down in a ``finally``; Ray processes that
 a run leaves behind are killed by PID (only the ones that were not there before it).
 
-    python tools/bench_cluster.py                          # all parts, ~15 min on 2 cores
-    python tools/bench_cluster.py --parts overhead scaling --rounds 3 --seconds 15
-    python tools/bench_cluster.py --parts ingest --ingest-utd 0 1
-    python tools/bench_cluster.py --parts capacity --capacity-batches 16 64 256
+    python tools/bench/cluster.py                          # all parts, ~15 min on 2 cores
+    python tools/bench/cluster.py --parts overhead scaling --rounds 3 --seconds 15
+    python tools/bench/cluster.py --parts ingest --ingest-utd 0 1
+    python tools/bench/cluster.py --parts capacity --capacity-batches 16 64 256
 
 Progress goes to stderr; the last line of stdout is one JSON object.
 """
@@ -56,7 +56,7 @@ import time
 from sacbot.store.liveness import read_status
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only, before any import of ray
 TICK_HZ = 30.0
 REPLAY_RATIOS = (512, 128, 32)
@@ -530,7 +530,7 @@ def part_capacity(a) -> dict:
     out: dict = {"seq_len": 32, "hidden": 64, "rounds": a.capacity_rounds, "seconds": a.capacity_seconds,
                  "batches": {}}
     for b in a.capacity_batches:
-        cmd = [sys.executable, os.path.join(HERE, "bench_learner.py"), "--batch", str(b), "--seq-len", "32",
+        cmd = [sys.executable, os.path.join(HERE, "learner.py"), "--batch", str(b), "--seq-len", "32",
                "--hidden", "64", "--rounds", str(a.capacity_rounds), "--seconds", str(a.capacity_seconds)]
         say(f"capacity: {' '.join(cmd[1:])}")
         p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)

@@ -14,8 +14,8 @@ the whole file: per task and view, each arm's interquartile mean over seeds with
 confidence interval (rliable's method, in numpy) and its worst seed; and each seed's share of the
 gap between the random policy and SB3 SAC's mean on the fully observed task.
 
-    python tools/bench_robust.py --steps 25000 --seeds 0 1 2                       # the suite
-    python tools/bench_robust.py --tasks Pendulum-v1 --views full F --arms sacbot random \\
+    python tools/bench/robust.py --steps 25000 --seeds 0 1 2                       # the suite
+    python tools/bench/robust.py --tasks Pendulum-v1 --views full F --arms sacbot random \\
         --steps 300 --seeds 0 --episodes 1 --out /tmp/smoke.jsonl                  # a smoke run
 
 Progress goes to stderr; the last line of stdout is one JSON object (the report).
@@ -32,7 +32,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
 TASKS = ("Pendulum-v1", "MountainCarContinuous-v0", "LunarLanderContinuous-v3", "InvertedDoublePendulum-v5")
 VIEWS = ("full", "P", "V", "F")
@@ -95,7 +95,7 @@ def report(rows: list[dict]) -> dict:
 # --- the runs ---------------------------------------------------------------------------------
 def random_return(eid: str, episodes: int, seed: int) -> float:
     import gymnasium as gym
-    from bench_learning import EVAL_SEED0
+    from learning import EVAL_SEED0
 
     import sacbot.envs  # noqa: F401 - registers the sacbot/* ids
 
@@ -115,7 +115,7 @@ def random_return(eid: str, episodes: int, seed: int) -> float:
 
 def run_one(a, task: str, view: str, arm: str, seed: int) -> float | None:
     """The eval return of one run, or None when its arm cannot run here (SB3 not installed)."""
-    import bench_learning as bl
+    import learning as bl
 
     eid = env_id(task, view)
     if arm == "random":

@@ -19,8 +19,8 @@ episodes, hidden 128, gamma 0.9, lr 3e-4, tau 0.005, alpha learned from 0.2, UTD
 episodes before training.  ``--sacbot-args`` passes extra flags to both sacbot variants, e.g.
 ``--sacbot-args='--gamma 0.9 --seq-len 64'`` to try those settings.
 
-    python tools/bench_learning.py --steps 25000 --seeds 0 1 2
-    python tools/bench_learning.py --envs Pendulum-v1 --steps 10000 --variants sacbot sb3
+    python tools/bench/learning.py --steps 25000 --seeds 0 1 2
+    python tools/bench/learning.py --envs Pendulum-v1 --steps 10000 --variants sacbot sb3
 
 Progress goes to stderr; the last line of stdout is one JSON object.
 """

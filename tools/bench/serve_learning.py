@@ -8,7 +8,7 @@ numpy, on ``--episodes`` eval episodes of seeds apart from training's.  The rule
 run: the two arms agree when the difference of their means over the seeds is at most twice its
 standard error, 2 * sqrt(sd_run^2 / n + sd_serve^2 / n).
 
-    python tools/bench_serve_learning.py --steps 10000 --seeds 0 1 2
+    python tools/bench/serve_learning.py --steps 10000 --seeds 0 1 2
 
 Progress goes to stderr; the last line of stdout is one JSON object.
 """
@@ -27,14 +27,14 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
 ENV = "Pendulum-v1"
 SACBOT = [sys.executable, "-m", "sacbot"]
 
 
 def score(path: str, episodes: int, seed: int) -> float:
-    import bench_learning as bl
+    import learning as bl
 
     return bl.evaluate_actor(bl.int8_actor(path), ENV, episodes, seed)
 

@@ -6,8 +6,8 @@ given with ``--naive PATH``) and sacbot's learner (quant on and off) in fresh su
 one after the other, at the same sizes and 1 torch thread; the median over rounds of each,
 and the ratio of medians, are printed.  The last line is JSON.
 
-    python tools/bench_learner.py --naive PATH --rounds 3 --seconds 8 --hidden 64
-    python tools/bench_learner.py --naive PATH --flops --hidden 64   # FLOPs per update, no timing
+    python tools/bench/learner.py --naive PATH --rounds 3 --seconds 8 --hidden 64
+    python tools/bench/learner.py --naive PATH --flops --hidden 64   # FLOPs per update, no timing
 """
 
 from __future__ import annotations

@@ -3,11 +3,11 @@
 
 samples/s = batch x sequence length x gradient steps/s (burn-in steps, which only warm the
 LSTM state, are not counted).  Each measurement is a fresh
-subprocess that builds the learner at the given sizes (tools/bench_learner.py's
+subprocess that builds the learner at the given sizes (tools/bench/learner.py's
 ``learner_and_batches``), warms it up (calibration included, so the timed updates
 fake-quantize), then times for ``--seconds`` each:
 
-* ``update``: ``learner.update`` on pre-sampled batches (what tools/bench_learner.py times);
+* ``update``: ``learner.update`` on pre-sampled batches (what tools/bench/learner.py times);
 * ``sample+update``: a fresh ``SequenceReplay.sample`` before every update, which is what the
   training thread really does per gradient step.
 
@@ -16,10 +16,10 @@ them; medians over rounds are reported, and on a GPU the ratio against the CPU l
 in the same run.  The scale model is the number of bots at ``--tick-hz`` one learner serves at
 replay ratio R (samples trained per transition received): N = samples/s / (R x tick rate).
 
-    python tools/bench_capacity.py --batches 16,64,256                       # the CPU table
-    python tools/bench_capacity.py --devices cpu,cuda --batches 256,1024,4096 --cpu-batches 256,1024
-    python tools/bench_capacity.py --devices cuda --batches 1024 --profile 1024   # kernels per update
-    python tools/bench_capacity.py --batches 16 --burn-in 0,8 --rounds 5          # what burn-in costs
+    python tools/bench/capacity.py --batches 16,64,256                       # the CPU table
+    python tools/bench/capacity.py --devices cpu,cuda --batches 256,1024,4096 --cpu-batches 256,1024
+    python tools/bench/capacity.py --devices cuda --batches 1024 --profile 1024   # kernels per update
+    python tools/bench/capacity.py --batches 16 --burn-in 0,8 --rounds 5          # what burn-in costs
 
 ``--profile B`` runs once more after the rounds, on each GPU at batch B and the first
 ``--burn-in``: the two timed modes, then 10 updates under ``torch.profiler`` (which slows them).
@@ -63,7 +63,7 @@ def child(a) -> dict:
     import numpy as np
 
     sys.path.insert(0, HERE)
-    from bench_learner import learner_and_batches
+    from learner import learner_and_batches
 
     learner, batches, replay = learner_and_batches(a, a.quant, 8)
     rng = np.random.default_rng(1)
@@ -161,7 +161,7 @@ def main() -> None:
         return
     if not (0 < a.seconds < math.inf) or a.rounds < 1 or not (0 < a.tick_hz < math.inf) or a.profile < 0:
         p.error("expected --seconds and --tick-hz finite and > 0, --rounds >= 1 and --profile >= 0")
-    sys.path.insert(0, os.path.dirname(HERE))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
     from sacbot.config import ConfigError
     from sacbot.learning.sac import resolve_device
 

@@ -9,7 +9,7 @@ Train first, keeping every step checkpoint, e.g. against spinner::
 then evaluate each ``sac_step_<N>.zip`` of one or more runs, deterministically (eval mode: the
 tanh of the mean, in numpy), on the same episode seeds, with a uniform-random policy as contrast::
 
-    python tools/bench_tankduel.py --runs lstm=/tmp/td/spinner/w --episodes 20 --random spinner
+    python tools/bench/tankduel.py --runs lstm=/tmp/td/spinner/w --episodes 20 --random spinner
 
 The env, its kwargs and ``memoryless`` come from each checkpoint's manifest, so a run is
 evaluated in the duel it trained on; ``--eval-env-kwargs`` lays kwargs over those (and over the
@@ -20,7 +20,7 @@ line per point; the last line is the summary.
 sacbot and its memoryless control against each opponent, once per ``--seed`` (the radar duels, which leave
 memory to the player)::
 
-    python tools/bench_tankduel.py --train --env sacbot/TankDuelRadar-v1 --opponents sitting_duck tracker \
+    python tools/bench/tankduel.py --train --env sacbot/TankDuelRadar-v1 --opponents sitting_duck tracker \
         --seed 0 1 2 --jobs 2 --steps 60000 --save-every 5000 --episodes 20 --random sitting_duck tracker
 
 The summary's ``final`` holds, per opponent, each seed's win rate at its last checkpoint for sacbot
@@ -47,7 +47,7 @@ import time
 import gymnasium as gym
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import sacbot.envs  # noqa: E402,F401 - registers TankDuel
 from sacbot.acting import policy  # noqa: E402
@@ -81,8 +81,8 @@ def play(env: gym.Env, act, episodes: int) -> dict:
 
 def actor_fn(path: str, kind: str = "int8"):
     """kind: int8 (as deployed), fp32 (float weights, inputs clipped to the learned ranges) or
-    fp32-noclip (the bare float weights); see tools/bench_learning.py, fp32_actor."""
-    from tools.bench_learning import checkpoint_config, fp32_actor
+    fp32-noclip (the bare float weights); see tools/bench/learning.py, fp32_actor."""
+    from tools.bench.learning import checkpoint_config, fp32_actor
 
     arrays = ck.load_actor(path) if kind == "int8" else fp32_actor(path, clip=kind == "fp32")
     params = policy.build_params(arrays)
@@ -101,7 +101,7 @@ def eval_env(cfg: dict, overrides: dict) -> gym.Env:
     the observation where it trained so), with ``overrides`` laid over its kwargs."""
     env = gym.make(cfg["env"], **{**json.loads(cfg.get("env_kwargs") or "{}"), **overrides})
     if cfg.get("reward_input"):
-        from tools.bench_learning import with_reward_input
+        from tools.bench.learning import with_reward_input
 
         env = with_reward_input(env)
     return env
@@ -271,7 +271,7 @@ def main() -> int:
         except (TypeError, ValueError) as e:
             p.error(f"--train-env-kwargs {json.dumps(a.train_env_kwargs)} does not make {a.env}: {e}")
     # A bad --eval-env-kwargs fails here, against each run's own env, before any training.
-    from tools.bench_learning import checkpoint_config
+    from tools.bench.learning import checkpoint_config
 
     checks = [({"env": a.env}, "--train")] if a.train else []
     checks += [({"env": random_env}, "--random")] if a.random else []

@@ -14,7 +14,7 @@ Arms alternate in one run (``--nice 0 10``: the learner at the bot's priority, t
 percentiles, the longest delay of each second of training (median and max over the seconds) for
 each cause, and the learner's gradient steps per second.  Linux only.  Last line is JSON.
 
-    python tools/bench_gil.py --seconds 20 --repeats 3 --load 1
+    python tools/bench/gil.py --seconds 20 --repeats 3 --load 1
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The learner is a real training thread at full speed (UTD 8 on a stream of transi
 Also measured: snapshot lock hold times, policy lag in versions, and deadline misses in
 realtime pace at 30 and 200 ticks/s.  Last line is JSON.
 
-    python tools/bench_acting.py --calls 20000 --ticks 3000
+    python tools/bench/acting.py --calls 20000 --ticks 3000
 """
 
 from __future__ import annotations

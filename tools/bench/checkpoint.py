@@ -8,7 +8,7 @@ Part 2 runs learner updates exactly as the training thread does (offer a snapsho
 real I/O thread every ``--every`` steps) and compares step-time p50/p99 against the same
 loop without saves, alternating blocks so machine noise hits both.  Last line is JSON.
 
-    python tools/bench_checkpoint.py --hidden 64 256 --every 20
+    python tools/bench/checkpoint.py --hidden 64 256 --every 20
 """
 
 from __future__ import annotations

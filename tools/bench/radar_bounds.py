@@ -32,10 +32,10 @@ not, so this is what a learner that trains with that noise can see each strategy
 
 One JSON line per (policy, opponent, noise); the last line is the summary::
 
-    python tools/bench_radar_bounds.py --episodes 50
-    python tools/bench_radar_bounds.py --opponents sitting_duck --gun-noise 0 0.1 0.35 --episodes 20
-    python tools/bench_radar_bounds.py --opponents tracker --env-kwargs '{"max_ticks": 300}'
-    python tools/bench_radar_bounds.py --env sacbot/TankDuelRadar-v1 --opponents sitting_duck tracker
+    python tools/bench/radar_bounds.py --episodes 50
+    python tools/bench/radar_bounds.py --opponents sitting_duck --gun-noise 0 0.1 0.35 --episodes 20
+    python tools/bench/radar_bounds.py --opponents tracker --env-kwargs '{"max_ticks": 300}'
+    python tools/bench/radar_bounds.py --env sacbot/TankDuelRadar-v1 --opponents sitting_duck tracker
 
 Any radar arc works (``--env-kwargs '{"radar_arc": 120}'``, or v1's): the clock policies read the
 duel's arc.  With ``critic_info`` (v1) the policies see the actor's 32 values only, as a bot would.
@@ -53,11 +53,11 @@ from typing import NamedTuple
 import gymnasium as gym
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import sacbot.envs  # noqa: E402,F401 - registers the duels
 from sacbot.envs.tank_duel import GUN_RATE, MAX_SPEED, RADAR_HALF_ARC, RADAR_OBS_DIM, RADAR_RATE, RADIUS, H, W, _wrap  # noqa: E402
-from tools.bench_tankduel import SEED0  # noqa: E402 - the same episodes as the learners' evals
+from tools.bench.tankduel import SEED0  # noqa: E402 - the same episodes as the learners' evals
 
 BULLET_SPEED = 20.0 - 3.0 * 3.0  # power 3, the scripted policies' shot
 

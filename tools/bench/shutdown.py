@@ -6,7 +6,7 @@ For each case, start a run, wait until it is in the state where a stop is hardes
 two things: until the run says it is closing (the signal was acted on), and until the process
 has exited with its final save written.  Medians over --repeats.  The last line is JSON.
 
-    python tools/bench_shutdown.py --repeats 3
+    python tools/bench/shutdown.py --repeats 3
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 Measured on the raw env and through gym.make (with gymnasium's checker/order wrappers), beside
 Pendulum-v1 as a reference in the same run.  Last line is JSON.
 
-    python tools/bench_env.py --steps 50000 --rounds 5
+    python tools/bench/env.py --steps 50000 --rounds 5
 """
 
 from __future__ import annotations

@@ -25,9 +25,9 @@ even repeats, process first in odd ones), medians over repeats and ratios of the
 The last line of output is one JSON object.  Progress goes to stderr.
 
     git worktree add /tmp/sacbot-old 7cba3ad        # the code before the boundary, for ``startup``
-    python tools/bench_boundary.py --old /tmp/sacbot-old            # a few minutes on 2 cores
-    python tools/bench_boundary.py --quick --old /tmp/sacbot-old    # smoke test
-    python tools/bench_boundary.py --parts act steps --repeats 5
+    python tools/bench/boundary.py --old /tmp/sacbot-old            # a few minutes on 2 cores
+    python tools/bench/boundary.py --quick --old /tmp/sacbot-old    # smoke test
+    python tools/bench/boundary.py --parts act steps --repeats 5
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import numpy as np
 from benchlib import cpu_load
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 PARTS = ("act", "steps", "startup", "transport")
 
 
