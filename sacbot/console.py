@@ -1,6 +1,7 @@
 """What every command shares on the console: the "sacbot" logger on stderr, and signals.
 
     setup_logging()                    # "sacbot: message" on stderr; once per process
+    log = logging.getLogger("sacbot")  # every module logs here (or to an adapter of it)
     signals = Signals(stop); signals.install()   # 1st SIGINT/SIGTERM: graceful close; 2nd: exit now
 """
 
@@ -45,6 +46,14 @@ class _StderrHandler(logging.StreamHandler):
     @stream.setter
     def stream(self, _value):
         pass
+
+
+# Where sacbot says what it does: the "sacbot" logger, or an adapter of it (a server's bot names
+# itself).  SILENT is for a look that must say nothing (a probe of the weights before a start).
+Log = logging.Logger | logging.LoggerAdapter
+SILENT = logging.getLogger("sacbot.silent")
+SILENT.propagate = False
+SILENT.addHandler(logging.NullHandler())
 
 
 def setup_logging(level: int = logging.INFO) -> logging.Logger:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import threading
 
@@ -84,10 +85,10 @@ def test_resuming_a_bot_with_other_settings_is_a_config_error_that_changes_no_fi
     before = dir_digests(wdir)
     key, value = next(iter(change.items()))
     with pytest.raises(ConfigError, match=f"{key} = .*this run asks for {key} = {value!r}.*Nothing in"):
-        Agent(dataclasses.replace(cfg, **change), OBS_SPACE, ACT_SPACE, log=lambda m: None)
+        Agent(dataclasses.replace(cfg, **change), OBS_SPACE, ACT_SPACE)
     assert dir_digests(wdir) == before  # nothing set aside as corrupt, nothing overwritten
     # Eval plays the exported actor, which carries its own sizes: the flag does not matter there.
-    agent = Agent(dataclasses.replace(cfg, eval_mode=True, **change), OBS_SPACE, ACT_SPACE, log=lambda m: None)
+    agent = Agent(dataclasses.replace(cfg, eval_mode=True, **change), OBS_SPACE, ACT_SPACE)
     assert agent.loaded_from is not None and agent.params is not None
     agent.close()
     assert dir_digests(wdir) == before
@@ -99,13 +100,13 @@ def test_a_file_where_a_directory_should_be_is_a_clear_error(tmp_path, field, fl
     (tmp_path / "taken").write_text("keep me")
     cfg = dataclasses.replace(small_cfg(tmp_path), **{field: str(tmp_path / "taken")})
     with pytest.raises(AgentError, match=f"{flag} .*taken' cannot be used as a directory: a file is in the way"):
-        Agent(cfg, OBS_SPACE, ACT_SPACE, log=lambda m: None)
+        Agent(cfg, OBS_SPACE, ACT_SPACE)
     assert (tmp_path / "taken").read_text() == "keep me"
 
 
 def test_game_loop_mistakes_are_refused_with_what_went_wrong(tmp_path):
     from sacbot.acting.agent import AgentError
-    agent = Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE, log=lambda m: None)
+    agent = Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE)
     agent.new_episode()
     with pytest.raises(AgentError, match="observe\\(\\) needs a preceding act\\(\\)"):
         agent.observe(0.0, np.zeros(3), False, False)
@@ -136,7 +137,7 @@ def test_episode_outcomes_from_info_give_win_rates(tmp_path):
     assert per["duck"]["win_rate"] == pytest.approx(2 / 3) and "win_rate" not in per["other"]
 
 
-def test_eval_in_a_fresh_clone_plays_the_pretrained_bot_of_its_env(tmp_path, monkeypatch):
+def test_eval_in_a_fresh_clone_plays_the_pretrained_bot_of_its_env(tmp_path, monkeypatch, caplog):
     from sacbot.acting.agent import AgentError
     from sacbot.store import checkpoint as ck
     cfg = small_cfg(tmp_path, env="some/Env-v0")
@@ -146,19 +147,19 @@ def test_eval_in_a_fresh_clone_plays_the_pretrained_bot_of_its_env(tmp_path, mon
     os.makedirs(tmp_path / "clone" / "weights" / "pretrained")
     os.replace(tmp_path / "shipped" / ck.LATEST, tmp_path / "clone" / "weights" / "pretrained" / "bot.zip")
     monkeypatch.chdir(tmp_path / "clone")
-    logs = []
+    caplog.set_level(logging.INFO, logger="sacbot")
     ecfg = dataclasses.replace(cfg, weights_path="weights", eval_mode=True)
-    agent = Agent(ecfg, OBS_SPACE, ACT_SPACE, log=logs.append)
+    agent = Agent(ecfg, OBS_SPACE, ACT_SPACE)
     assert agent.loaded_from == os.path.join("weights", "pretrained", "bot.zip")
-    assert any("pretrained bot" in m for m in logs)
+    assert any("pretrained bot" in m for m in caplog.messages)
     agent.new_episode()
     want, _ = policy.act(agent.params, np.zeros(3, np.float32), agent.pstate, None)
     assert np.allclose(agent.act(np.zeros(3)), want * 2.0)  # the shipped actor, scaled to [-2, 2]
     agent.close()
     with pytest.raises(AgentError, match="no valid checkpoint"):  # another env: not this bot
-        Agent(dataclasses.replace(ecfg, env="other/Env-v0"), OBS_SPACE, ACT_SPACE, log=logs.append)
+        Agent(dataclasses.replace(ecfg, env="other/Env-v0"), OBS_SPACE, ACT_SPACE)
     with pytest.raises(AgentError, match="no valid checkpoint"):  # an explicit path: no fallback
-        Agent(dataclasses.replace(ecfg, weights_path="elsewhere"), OBS_SPACE, ACT_SPACE, log=logs.append)
+        Agent(dataclasses.replace(ecfg, weights_path="elsewhere"), OBS_SPACE, ACT_SPACE)
 
 
 def test_bad_observation_from_the_game_names_the_problem(tmp_path):
@@ -382,5 +383,5 @@ def test_a_learner_that_fails_to_build_for_a_reason_not_a_setting_is_not_reporte
 
     monkeypatch.setattr(training.TrainingState, "fresh", broken)
     with pytest.raises(AgentError, match="the learner failed to build: KeyError: .a key the code") as e:
-        Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE, log=lambda m: None)
+        Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE)
     assert not isinstance(e.value, ConfigError)

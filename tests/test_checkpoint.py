@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import pickle
 import subprocess
@@ -43,7 +44,7 @@ def trained_state(tmp_path, n=12):
 def test_round_trip_restores_parameters_optimizer_rng_and_replay(tmp_path):
     st = trained_state(tmp_path)
     ck.write_checkpoint(str(tmp_path), st.payload(True), keep_last=2, spaces={"obs_dim": 3, "act_dim": 1})
-    loaded, path = ck.load_latest(str(tmp_path), {"obs_dim": 3, "act_dim": 1}, log=lambda m: None)
+    loaded, path = ck.load_latest(str(tmp_path), {"obs_dim": 3, "act_dim": 1})
     assert path.endswith(ck.LATEST)
     other = TrainingState.fresh(st.cfg, 3, 1)
     other.load_payload(loaded["arrays"], loaded["meta"])
@@ -86,7 +87,7 @@ def _corrupt_cases(data: bytes):
 
 
 @pytest.mark.parametrize("case", ["truncated", "byte flip", "not a zip"])
-def test_corrupt_latest_is_kept_aside_and_previous_loads(tmp_path, case):
+def test_corrupt_latest_is_kept_aside_and_previous_loads(tmp_path, case, caplog):
     st = trained_state(tmp_path)
     st.grad_steps = 10
     ck.write_checkpoint(str(tmp_path), st.payload(False), keep_last=5)
@@ -98,11 +99,11 @@ def test_corrupt_latest_is_kept_aside_and_previous_loads(tmp_path, case):
     (tmp_path / "sac_step_20.zip").write_bytes(bad)
     with pytest.raises(ck.CheckpointError):
         ck.read_checkpoint(str(latest))
-    logs = []
-    loaded, path = ck.load_latest(str(tmp_path), log=logs.append)
+    caplog.set_level(logging.INFO, logger="sacbot")
+    loaded, path = ck.load_latest(str(tmp_path))
     assert path.endswith("sac_step_10.zip") and loaded["meta"]["grad_steps"] == 10
     aside = [f for f in os.listdir(tmp_path) if ".corrupt-" in f]
-    assert len(aside) == 2 and any("kept aside" in m for m in logs)
+    assert len(aside) == 2 and any("kept aside" in m for m in caplog.messages)
     assert open(tmp_path / aside[0], "rb").read() == bad  # kept, not deleted or rewritten
 
 
@@ -119,7 +120,7 @@ def test_a_fifo_in_place_of_the_latest_checkpoint_stops_loading_and_is_not_waite
     with pytest.raises(ck.CheckpointUnreadable, match="not a regular file"):
         ck.read_checkpoint(str(tmp_path / ck.LATEST))
     with pytest.raises(ck.CheckpointUnreadable, match="is a FIFO.*move it out of the way"):
-        ck.load_latest(str(tmp_path), log=lambda m: None)
+        ck.load_latest(str(tmp_path))
     assert sorted(os.listdir(tmp_path)) == [ck.LATEST, "sac_step_10.zip"]
 
 
@@ -322,7 +323,7 @@ def test_corruption_gives_checkpoint_error_keeps_file_and_falls_back(good_dir, c
     os.unlink(good_dir / "sac_step_20.zip")
     with pytest.raises(ck.CheckpointError):
         ck.read_checkpoint(str(latest))
-    loaded, path = ck.load_latest(str(good_dir), log=lambda m: None)
+    loaded, path = ck.load_latest(str(good_dir))
     assert path.endswith("sac_step_10.zip")
     assert any(".corrupt-" in f for f in os.listdir(good_dir))
 
@@ -331,11 +332,11 @@ def test_corruption_gives_checkpoint_error_keeps_file_and_falls_back(good_dir, c
                                           ({"obs_dim": 3, "act_dim": 1, "hidden": 16},
                                            "hidden = 8, this run asks for hidden = 16")])
 def test_a_sound_file_that_does_not_fit_the_config_stops_loading_and_is_left_alone(good_dir, expect, match):
-    loaded, path = ck.load_latest(str(good_dir), {"obs_dim": 3, "act_dim": 1, "hidden": 8}, log=lambda m: None)
+    loaded, path = ck.load_latest(str(good_dir), {"obs_dim": 3, "act_dim": 1, "hidden": 8})
     assert path.endswith(ck.LATEST)
     before = sorted(os.listdir(good_dir))
     with pytest.raises(ck.CheckpointMismatch, match=match):
-        ck.load_latest(str(good_dir), expect, log=lambda m: None)
+        ck.load_latest(str(good_dir), expect)
     assert sorted(os.listdir(good_dir)) == before  # the settings are wrong, not the files
 
 
@@ -345,8 +346,7 @@ def test_a_bot_from_another_env_is_named_in_the_mismatch(tmp_path):
                         config={"hidden": 8, "env": "Pendulum-v1"})
     with pytest.raises(ck.CheckpointMismatch, match=r"needs 37 \(its bot played Pendulum-v1, this run plays "
                                                     r"sacbot/TankDuel-v0\)"):
-        ck.load_latest(str(tmp_path / "w"), {"obs_dim": 37, "act_dim": 1, "hidden": 8, "env": "sacbot/TankDuel-v0"},
-                       log=lambda m: None)
+        ck.load_latest(str(tmp_path / "w"), {"obs_dim": 37, "act_dim": 1, "hidden": 8, "env": "sacbot/TankDuel-v0"})
 
 
 def test_a_bot_of_another_game_with_the_same_sizes_is_refused_unless_transfer_is_asked_for(tmp_path):
@@ -359,7 +359,7 @@ def test_a_bot_of_another_game_with_the_same_sizes_is_refused_unless_transfer_is
                         spaces={"obs_dim": 3, "act_dim": 1, "env_layout": layout})
     base = {"obs_dim": 3, "act_dim": 1, "hidden": 8}
     before = sorted(os.listdir(tmp_path / "w"))
-    load = partial(ck.load_latest, str(tmp_path / "w"), log=lambda m: None)
+    load = partial(ck.load_latest, str(tmp_path / "w"))
     with pytest.raises(ck.CheckpointMismatch, match="Pendulum-v1, this run plays sacbot/CueMemory-v0.*--transfer"):
         load({**base, "env": "sacbot/CueMemory-v0"})
     with pytest.raises(ck.CheckpointMismatch, match="gun_control='aim', this run has gun_control='turn'"):
@@ -399,7 +399,7 @@ def test_a_mismatch_found_after_a_damaged_file_says_that_file_was_moved(good_dir
 
     (good_dir / ck.LATEST).write_bytes(b"not a zip")
     with pytest.raises(ck.CheckpointMismatch) as got:
-        ck.load_latest(str(good_dir), {"obs_dim": 4, "act_dim": 1, "hidden": 8}, log=lambda m: None)
+        ck.load_latest(str(good_dir), {"obs_dim": 4, "act_dim": 1, "hidden": 8})
     [moved] = got.value.set_aside
     assert os.path.basename(moved).startswith(ck.LATEST + ".corrupt-") and os.path.exists(moved)
     text = str(_mismatch(Config(weights_path=str(good_dir)), got.value))
@@ -546,16 +546,16 @@ def test_the_newest_is_written_before_its_step_file_and_a_newer_step_file_is_ref
     ck.write_checkpoint(str(tmp_path), st.payload(True), keep_last=5)
     newest = f"sac_step_{st.grad_steps}.zip"
     os.unlink(tmp_path / newest)  # a crash between the newest and its step copy
-    loaded, path = ck.load_latest(str(tmp_path), log=lambda m: None)
+    loaded, path = ck.load_latest(str(tmp_path))
     assert path.endswith(ck.LATEST) and loaded["meta"]["grad_steps"] == st.grad_steps
     ck.write_checkpoint(str(tmp_path), st.payload(True), keep_last=5)
     (tmp_path / ck.LATEST).write_bytes(old_latest)  # an older step copied over the newest
     before = dir_digests(tmp_path)
     with pytest.raises(ck.NewerStepFiles, match=rf"holds step 5, but this bot has newer step files: {newest}.*"
                                                 rf"move the newer step files out.*copy {newest} over sac_latest"):
-        ck.load_latest(str(tmp_path), log=lambda m: None)
+        ck.load_latest(str(tmp_path))
     assert dir_digests(tmp_path) == before
-    loaded, path = ck.load_latest(str(tmp_path), log=lambda m: None, refuse_newer_steps=False)  # eval
+    loaded, path = ck.load_latest(str(tmp_path), refuse_newer_steps=False)  # eval
     assert path.endswith(ck.LATEST) and loaded["meta"]["grad_steps"] == 5
     assert ck.candidates(str(tmp_path))[0].endswith(ck.LATEST)
 

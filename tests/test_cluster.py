@@ -173,6 +173,7 @@ def test_the_default_pace_trains_a_slow_learner_on_every_transition_and_eval_sen
     # The learner pace: two bots far faster than a learner at UTD 8 (queues of 8) lose nothing,
     # and the learner does its UTD steps for what it got, less what the close cut short.
     steps, utd, weights = 200, 8, tmp_path / "w"
+    ray_before = _ray_pids()
     r = subprocess.run(SACBOT + ["cluster", "--bots", "2", "--env", "Pendulum-v1", "--steps", str(steps),
                                  "--utd-ratio", str(utd), "--queue-size", "8", "--hidden", "8", "--batch-size", "2",
                                  "--seq-len", "4", "--learning-starts", "20", "--root", str(tmp_path / "train"),
@@ -186,6 +187,9 @@ def test_the_default_pace_trains_a_slow_learner_on_every_transition_and_eval_sen
     out = json.loads(r.stdout.strip().splitlines()[-1])
     # Owed steps start with learning; each bot's close may leave up to its half queue untrained.
     assert out["learner_steps"] >= utd * (2 * steps - 20 - 2 * 4 - 2), (out, summary)
+    # The next cluster starts a Ray instance of its own: one starting while the last one's
+    # processes still end can time out on a loaded machine.
+    wait_until(lambda: not (_ray_pids() - ray_before), 60, "the training cluster's Ray processes to exit")
 
     before = dir_digests(weights)
     r = subprocess.run(SACBOT + ["cluster", "--eval", "--bots", "2", "--episodes", "1", "--env", "Pendulum-v1",

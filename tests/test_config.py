@@ -369,7 +369,7 @@ def test_a_resume_at_another_utd_ratio_trains_at_the_new_one_from_the_first_step
     from sacbot.store import checkpoint as ck
 
     cfg = dataclasses.replace(_checkpoint_with_carry(tmp_path, carry, saved_ratio), pace="lockstep", utd_ratio=1.0)
-    with Agent(cfg, OBS_SPACE, ACT_SPACE, log=lambda m: None) as agent:
+    with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
         before = agent.status()["learner_steps"]
         play(agent, 20)
         took = agent.status()["learner_steps"] - before
@@ -408,7 +408,7 @@ def test_a_replay_that_cannot_fit_this_machine_is_refused_before_anything_is_all
     with pytest.raises(ConfigError, match=r"the replay \(buffer_size = 10,000,000 rows of 800,030 bytes for a "
                                           r"100000-value observation\) needs 8.0 TB.*this machine has "
                                           r"\(buffer_size = [\d,]+ at most fits beside it\); lower --buffer-size"):
-        Agent(cfg, wide, ACT_SPACE, log=lambda m: None)
+        Agent(cfg, wide, ACT_SPACE)
     assert not os.path.exists(cfg.weights_dir)  # refused before the weights directory was made
 
 
@@ -427,5 +427,5 @@ def test_a_gradient_step_that_cannot_fit_this_machine_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"one gradient step \(batch_size = 4096 sequences of burn_in \+ seq_len "
                                           r"\+ 1 = 2049 steps, hidden = 1024\) needs at least 550.\d GB of memory.*"
                                           r"batch_size = \d+ at most fits"):
-        Agent(cfg, OBS_SPACE, ACT_SPACE, log=lambda m: None)
+        Agent(cfg, OBS_SPACE, ACT_SPACE)
     assert not os.path.exists(cfg.weights_dir)

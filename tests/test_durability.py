@@ -28,7 +28,6 @@ from sacbot.wire.messages import MessageError
 
 pytestmark = pytest.mark.timeout(120)
 SACBOT = [sys.executable, "-m", "sacbot"]
-QUIET = {"log": lambda m: None}
 
 
 def checkpoints(wdir) -> dict[str, str]:
@@ -64,7 +63,7 @@ def checkpoints(wdir) -> dict[str, str]:
     (("new_episode", "x" * 300), "at most 256"),
 ])
 def test_garbage_from_the_game_loop_is_refused_and_never_reaches_the_learner(tmp_path, call, match):
-    with Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+    with Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE) as agent:
         agent.new_episode()
         name, *args = call
         if name == "observe":
@@ -80,7 +79,7 @@ def test_a_game_that_refills_one_observation_buffer_does_not_rewrite_what_was_st
     became the buffer's last value by the time the learner read them."""
     cfg = small_cfg(tmp_path, pace="lockstep")
     buf = np.zeros(3, np.float32)
-    with Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+    with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
         agent.new_episode()
         for t in range(20):
             buf[:] = t
@@ -93,7 +92,7 @@ def test_a_game_that_refills_one_observation_buffer_does_not_rewrite_what_was_st
 
 
 def test_an_opponent_given_as_an_int_id_is_its_decimal_text(tmp_path):
-    with Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+    with Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE) as agent:
         agent.new_episode(7)
         assert agent.opponent == "7"
 
@@ -102,7 +101,7 @@ def test_an_action_space_too_wide_for_float32_is_refused_at_construction(tmp_pat
     # act() returned inf (bounds of 3e38: high - low overflows) or NaN (1e300 in float64).
     for box in (gym.spaces.Box(-3e38, 3e38, (1,), np.float32), gym.spaces.Box(-1e300, 1e300, (1,), np.float64)):
         with pytest.raises(AgentError, match="too wide"):
-            Agent(small_cfg(tmp_path), OBS_SPACE, box, **QUIET)
+            Agent(small_cfg(tmp_path), OBS_SPACE, box)
 
 
 @pytest.mark.timeout(120)
@@ -125,7 +124,7 @@ def test_a_program_that_ends_without_close_still_makes_the_final_save(tmp_path):
 
 def test_integer_flags_and_observations_are_accepted(tmp_path):
     """Games that report 0/1 flags and integer observations are not refused."""
-    with Agent(small_cfg(tmp_path, pace="lockstep"), OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+    with Agent(small_cfg(tmp_path, pace="lockstep"), OBS_SPACE, ACT_SPACE) as agent:
         agent.new_episode()
         agent.act(np.zeros(3, np.int64))
         agent.observe(1, np.array([0, 1, 0]), 0, 1)
@@ -143,7 +142,7 @@ def _poison_weights(agent):
 
 def test_a_refused_reward_leaves_the_bot_training_and_every_save_sound(tmp_path):
     cfg = small_cfg(tmp_path, pace="lockstep", save_interval=10, learning_starts=8)
-    agent = Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
+    agent = Agent(cfg, OBS_SPACE, ACT_SPACE)
     play(agent, 40)
     agent.new_episode("x")
     agent.act(np.zeros(3))
@@ -154,14 +153,14 @@ def test_a_refused_reward_leaves_the_bot_training_and_every_save_sound(tmp_path)
     assert st["learner_alive"] is False and st["last_error"] is None and st["final_save"]["ok"]
     for name in checkpoints(cfg.weights_path):  # read_checkpoint refuses non-finite arrays
         read_checkpoint(os.path.join(cfg.weights_path, name))
-    again = Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
+    again = Agent(cfg, OBS_SPACE, ACT_SPACE)
     assert again.loaded_from.endswith("sac_latest.zip") and again.status()["learner_steps"] == st["learner_steps"]
     again.close()
 
 
 def test_a_poisoned_learner_never_publishes_nor_saves_and_the_next_run_resumes(tmp_path):
     cfg = small_cfg(tmp_path, pace="lockstep", save_interval=10, learning_starts=8)
-    agent = Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
+    agent = Agent(cfg, OBS_SPACE, ACT_SPACE)
     play(agent, 60)
     agent.learner.loop.save_slot.join()  # the periodic save in flight, if any, is on disk
     wdir = cfg.weights_path
@@ -183,7 +182,7 @@ def test_a_poisoned_learner_never_publishes_nor_saves_and_the_next_run_resumes(t
     st = agent.close()
     assert st["final_save"]["ok"] is False and "last good checkpoint kept" in st["final_save"]["error"]
     assert checkpoints(wdir) == good  # no file written over, none rotated away
-    again = Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
+    again = Agent(cfg, OBS_SPACE, ACT_SPACE)
     assert again.loaded_from == os.path.join(wdir, "sac_latest.zip")
     assert again.status()["learner_steps"] == step
     again.close()
@@ -193,11 +192,11 @@ def test_a_poisoned_learner_never_publishes_nor_saves_and_the_next_run_resumes(t
 @pytest.mark.parametrize("size", [16, 500])
 def test_a_changed_buffer_size_resumes_keeping_the_newest_rows(tmp_path, size):
     cfg = small_cfg(tmp_path, pace="lockstep", buffer_size=100)
-    with Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+    with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
         play(agent, 150)  # the ring has wrapped
     old = agent.learner.loop.state.replay
     newest = old.obs[(old.head - np.arange(1, min(size, 100) + 1)) % 100][::-1].copy()
-    again = Agent(dataclasses.replace(cfg, buffer_size=size), OBS_SPACE, ACT_SPACE, **QUIET)
+    again = Agent(dataclasses.replace(cfg, buffer_size=size), OBS_SPACE, ACT_SPACE)
     r = again.learner.loop.state.replay
     assert again.loaded_from is not None and not [f for f in os.listdir(cfg.weights_path) if "corrupt" in f]
     assert r.capacity == size and len(r) == min(size, 100)
@@ -227,7 +226,7 @@ def test_every_setting_changed_on_resume_either_resumes_or_is_a_config_error(tmp
     """Walk every Config field against an existing weights dir: the bot resumes, or the run
     stops with a ConfigError naming the setting before any file is touched.  Never 'corrupt'."""
     base = small_cfg(tmp_path, pace="lockstep", env="sacbot/Pendulum-V-v0")
-    with Agent(base, OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+    with Agent(base, OBS_SPACE, ACT_SPACE) as agent:
         play(agent, 30)
     outcomes = {}
     for f in dataclasses.fields(Config):
@@ -242,7 +241,7 @@ def test_every_setting_changed_on_resume_either_resumes_or_is_a_config_error(tmp
         except ConfigError as e:  # not a valid value on its own: not what this test is about
             raise AssertionError(f"{f.name} = {value!r} should be valid: {e}") from None
         try:
-            agent = Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
+            agent = Agent(cfg, OBS_SPACE, ACT_SPACE)
         except ConfigError as e:
             assert f.name in str(e), (f.name, str(e))
             assert dir_digests(wdir) == before, f.name  # nothing set aside, nothing written
@@ -271,7 +270,7 @@ def test_no_fresh_start_refuses_with_every_file_where_it_was(tmp_path):
         (wdir / name).write_bytes(b"not a checkpoint")
     before = dir_digests(wdir)
     with pytest.raises(AgentError, match="--no-fresh-start refuses to start fresh; nothing there was moved"):
-        Agent(dataclasses.replace(cfg, weights_path=str(wdir)), OBS_SPACE, ACT_SPACE, **QUIET)
+        Agent(dataclasses.replace(cfg, weights_path=str(wdir)), OBS_SPACE, ACT_SPACE)
     assert dir_digests(wdir) == before
 
 
@@ -282,7 +281,7 @@ def test_no_fresh_start_leaves_a_file_with_a_sound_actor_and_a_damaged_model_whe
     import zipfile
 
     cfg = small_cfg(tmp_path, pace="lockstep")
-    with Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+    with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
         play(agent, 20)
     latest = os.path.join(cfg.weights_path, "sac_latest.zip")
     for name in os.listdir(cfg.weights_path):
@@ -296,7 +295,7 @@ def test_no_fresh_start_leaves_a_file_with_a_sound_actor_and_a_damaged_model_whe
             z.writestr(n, bytes(b))
     before = dir_digests(cfg.weights_path)
     with pytest.raises(AgentError, match="--no-fresh-start refuses to start fresh; nothing there was moved"):
-        Agent(dataclasses.replace(cfg, no_fresh_start=True), OBS_SPACE, ACT_SPACE, **QUIET)
+        Agent(dataclasses.replace(cfg, no_fresh_start=True), OBS_SPACE, ACT_SPACE)
     assert dir_digests(cfg.weights_path) == before
 
 
@@ -322,7 +321,7 @@ def test_a_directory_in_the_lock_files_place_is_a_clear_error(tmp_path):
     cfg = small_cfg(tmp_path)
     os.makedirs(os.path.join(cfg.weights_path, ".sacbot.lock"))
     with pytest.raises(AgentError, match=r"cannot open its writer lock .*\.sacbot\.lock': a directory is in the way"):
-        Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
+        Agent(cfg, OBS_SPACE, ACT_SPACE)
 
 
 # --- shutdown and exit status ---------------------------------------------------------------
@@ -377,7 +376,7 @@ def test_sigterm_closes_promptly_in_every_pace_with_a_final_save(tmp_path, pace,
 # --- one game loop per Agent ----------------------------------------------------------------
 @pytest.mark.timeout(30)
 def test_a_second_thread_cannot_interleave_its_game_into_an_episode(tmp_path):
-    with Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+    with Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE) as agent:
         errors = []
 
         def loop():
@@ -413,13 +412,13 @@ def test_act_latency_memory_is_constant_over_a_long_episode():
 # --- one writer per weights directory ---------------------------------------------------------
 def test_a_second_bot_on_the_same_weights_directory_is_refused_naming_the_first(tmp_path):
     cfg = small_cfg(tmp_path)
-    first = Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
+    first = Agent(cfg, OBS_SPACE, ACT_SPACE)
     try:
         with pytest.raises(AgentError, match="in use by another Agent \\(or learner\\) in this same process"):
-            Agent(dataclasses.replace(cfg, run_dir=str(tmp_path / "run2")), OBS_SPACE, ACT_SPACE, **QUIET)
+            Agent(dataclasses.replace(cfg, run_dir=str(tmp_path / "run2")), OBS_SPACE, ACT_SPACE)
     finally:
         first.close()
-    second = Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)  # free again once the first has closed
+    second = Agent(cfg, OBS_SPACE, ACT_SPACE)  # free again once the first has closed
     assert second.loaded_from is not None
     second.close()
 

@@ -115,7 +115,7 @@ def worker(fd):
     os.read(fd, 1)  # until the test closes the other end
 
 
-agent = Agent(small_cfg(pathlib.Path(sys.argv[1])), OBS_SPACE, ACT_SPACE, log=lambda m: None)
+agent = Agent(small_cfg(pathlib.Path(sys.argv[1])), OBS_SPACE, ACT_SPACE)
 play(agent, 10)
 child = multiprocessing.get_context("fork").Process(target=worker, args=(int(sys.argv[2]),))
 child.start()
@@ -148,7 +148,7 @@ def test_a_forked_worker_that_outlives_its_bot_does_not_hold_the_bots_lock(tmp_p
         bot.kill()  # the bot is gone; its worker is not
         bot.wait(timeout=30)
         assert pid_alive(worker)
-        agent = Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE, log=lambda m: None)  # the next start
+        agent = Agent(small_cfg(tmp_path), OBS_SPACE, ACT_SPACE)  # the next start
         assert agent.loaded_from is not None
         agent.close()
     finally:

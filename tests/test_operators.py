@@ -19,7 +19,6 @@ from sacbot.acting.agent import AgentError
 from sacbot.config import ConfigError
 
 pytestmark = pytest.mark.timeout(120)
-QUIET = {"log": lambda m: None}
 
 
 def said(caplog, path) -> list[str]:
@@ -34,7 +33,7 @@ def test_a_round_counter_that_cannot_be_written_is_logged_once(tmp_path, caplog)
     cfg = small_cfg(tmp_path)
     counter = tmp_path / "w" / "round_counter.txt"
     counter.mkdir(parents=True)  # a directory in its place: every bump fails
-    with caplog.at_level(logging.WARNING, logger="sacbot"), Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+    with caplog.at_level(logging.WARNING, logger="sacbot"), Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
         play(agent, 40)  # 4 episodes, 4 failed bumps
         assert agent.episodes == 4
     lines = said(caplog, counter)
@@ -46,7 +45,7 @@ def test_a_heartbeat_that_cannot_be_written_is_logged_once(tmp_path, caplog):
     status = tmp_path / "run" / "status.json"
     status.mkdir(parents=True)
     with caplog.at_level(logging.WARNING, logger="sacbot"):
-        with Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+        with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
             play(agent, 20)  # the first tick's write fails, and the close's forced one
     lines = said(caplog, status)
     assert len(lines) == 1 and "the heartbeat" in lines[0] and "IsADirectoryError" in lines[0], lines
@@ -57,7 +56,7 @@ def test_save_receipts_that_cannot_be_written_are_logged_once(tmp_path, caplog):
     receipts = tmp_path / "w" / "saves.jsonl"
     receipts.mkdir(parents=True)
     with caplog.at_level(logging.WARNING, logger="sacbot"):
-        with Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+        with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
             play(agent, 40)  # ~36 gradient steps: periodic saves, then the final one
         assert agent.final_save["ok"]  # the checkpoints themselves were written
     lines = said(caplog, receipts)
@@ -83,7 +82,7 @@ def test_a_full_run_directory_is_logged_once_per_file_and_error(tmp_path, caplog
         return real_open(file, mode, *a, **k)
 
     with caplog.at_level(logging.WARNING, logger="sacbot"):
-        with Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+        with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
             monkeypatch.setattr(os, "replace", replace)
             monkeypatch.setattr("builtins.open", opener)
             play(agent, 30)
@@ -98,7 +97,7 @@ def test_training_metrics_that_cannot_be_written_are_logged_once_not_per_pass(tm
     metrics = tmp_path / "run" / "training_metrics.jsonl"
     metrics.mkdir(parents=True)
     with caplog.at_level(logging.WARNING, logger="sacbot"):
-        with Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+        with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
             play(agent, 30)  # a pass per env step in lockstep: 30 failed lines
     lines = said(caplog, metrics)
     assert len(lines) == 1 and "IsADirectoryError" in lines[0], lines
@@ -125,33 +124,33 @@ def test_a_second_bot_in_a_run_directory_is_refused_naming_the_first_and_a_third
     """Only --weights-path differed: their metrics interleaved, their episodes mixed, and
     status.json was whichever wrote last."""
     cfg = small_cfg(tmp_path)
-    first = Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
+    first = Agent(cfg, OBS_SPACE, ACT_SPACE)
     try:
         for other in ("w2", "w3"):
             with pytest.raises(ConfigError, match=r"--run-dir '.*run' is in use by another Agent in this same "
                                                   r"process, the bot of weights '.*/w': two bots in one run "
                                                   r"directory would interleave .* its own --run-dir"):
-                Agent(dataclasses.replace(cfg, weights_path=str(tmp_path / other)), OBS_SPACE, ACT_SPACE, **QUIET)
+                Agent(dataclasses.replace(cfg, weights_path=str(tmp_path / other)), OBS_SPACE, ACT_SPACE)
             assert not (tmp_path / other).exists()  # refused before anything of it was made
         # The same bot started twice is not a setting to change: exit 1, as for its weights.
         with pytest.raises(AgentError, match="is in use by another Agent in this same process.*Stop that bot first"):
-            Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
+            Agent(cfg, OBS_SPACE, ACT_SPACE)
         play(first, 12)  # the refusals took nothing of the first's
     finally:
         first.close()
-    with Agent(dataclasses.replace(cfg, weights_path=str(tmp_path / "w3")), OBS_SPACE, ACT_SPACE, **QUIET) as third:
+    with Agent(dataclasses.replace(cfg, weights_path=str(tmp_path / "w3")), OBS_SPACE, ACT_SPACE) as third:
         play(third, 2)  # free once the first has closed
 
 
 def test_an_eval_shares_no_run_directory_with_a_training_bot(tmp_path):
     cfg = small_cfg(tmp_path)
-    with Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+    with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
         play(agent, 12)  # a checkpoint to evaluate
-    with Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET) as agent:
+    with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
         with pytest.raises(AgentError, match="in use by another Agent in this same process"):
-            Agent(dataclasses.replace(cfg, eval_mode=True), OBS_SPACE, ACT_SPACE, **QUIET)  # it writes status.json
+            Agent(dataclasses.replace(cfg, eval_mode=True), OBS_SPACE, ACT_SPACE)  # it writes status.json
         play(agent, 2)
-    with Agent(dataclasses.replace(cfg, eval_mode=True), OBS_SPACE, ACT_SPACE, **QUIET) as evaluating:
+    with Agent(dataclasses.replace(cfg, eval_mode=True), OBS_SPACE, ACT_SPACE) as evaluating:
         play(evaluating, 2)
 
 
@@ -159,7 +158,7 @@ def test_a_run_directory_whose_claim_cannot_be_written_is_refused_at_start(tmp_p
     cfg = small_cfg(tmp_path)
     (tmp_path / "run" / ".sacbot.run").mkdir(parents=True)
     with pytest.raises(AgentError, match=r"--run-dir '.*run' cannot be written \('.*\.sacbot\.run': Is a directory\)"):
-        Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
+        Agent(cfg, OBS_SPACE, ACT_SPACE)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
@@ -167,7 +166,7 @@ def test_a_forked_child_does_not_keep_the_run_directory(tmp_path):
     """A game's fork after its Agent was made: the child's copy of the claim would keep the run
     directory held after the parent closed."""
     cfg = small_cfg(tmp_path)
-    agent = Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
+    agent = Agent(cfg, OBS_SPACE, ACT_SPACE)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: wait until told, touch nothing
@@ -177,7 +176,7 @@ def test_a_forked_child_does_not_keep_the_run_directory(tmp_path):
     os.close(r)
     try:
         agent.close()
-        with Agent(dataclasses.replace(cfg, weights_path=str(tmp_path / "w2")), OBS_SPACE, ACT_SPACE, **QUIET):
+        with Agent(dataclasses.replace(cfg, weights_path=str(tmp_path / "w2")), OBS_SPACE, ACT_SPACE):
             pass  # the child still runs, and the run directory is free
     finally:
         os.close(w)  # the child reads EOF and exits

@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import logging
 import math
 import os
 import shutil
@@ -178,7 +179,7 @@ def test_bots_whose_names_share_a_prefix_never_touch_each_others_files(tmp_path)
             st.grad_steps = 100 * rnd + 10 * i + 1
             ck.write_checkpoint(d, st.payload(False), keep_last=2, latest_name=name)
     for i, name in enumerate(names):
-        loaded, path = ck.load_latest(d, latest_name=name, log=lambda m: None)
+        loaded, path = ck.load_latest(d, latest_name=name)
         assert path == os.path.join(d, name) and loaded["meta"]["grad_steps"] == 300 + 10 * i + 1
     for rnd in range(4):
         for i, name in enumerate(names):
@@ -205,7 +206,7 @@ def test_a_bot_named_as_another_bots_step_file_is_refused_for_training(tmp_path,
     """a.zip's saves write a.step_5.zip: a bot of that name would be overwritten by them."""
     cfg = small_cfg(tmp_path, weights_path=str(tmp_path / "models" / name))
     with pytest.raises(ConfigError, match=r"is the name of a step checkpoint.*name the bot's file otherwise"):
-        Agent(cfg, OBS_SPACE, ACT_SPACE, log=lambda m: None)
+        Agent(cfg, OBS_SPACE, ACT_SPACE)
     assert not os.path.exists(tmp_path / "models")  # refused before anything was made
 
 
@@ -225,7 +226,7 @@ def test_a_checkpoint_of_a_newer_format_stops_the_run_and_is_left_as_it_is(tmp_p
     """What a downgrade meets: the newer sacbot's files were renamed *.corrupt-* and the bot started
     from scratch, exit 0."""
     cfg = small_cfg(tmp_path, pace="lockstep")
-    with Agent(cfg, OBS_SPACE, ACT_SPACE, log=lambda m: None) as agent:
+    with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
         play(agent, 20)
     w = tmp_path / "w"
     edit_manifest(w / ck.LATEST, format_version=ck.FORMAT_VERSION + 1, sacbot_version="9.0.0")
@@ -268,7 +269,7 @@ def test_a_file_the_system_will_not_read_stops_loading_and_moves_nothing(two_sav
     monkeypatch.setattr(ck.zipfile, "ZipFile", refusing)
     before = dir_digests(two_saves)
     with pytest.raises(ck.CheckpointError, match=rf"{ck.LATEST}: .*{advice}") as e:
-        ck.load_latest(str(two_saves), SPACES, log=lambda m: None)
+        ck.load_latest(str(two_saves), SPACES)
     assert dir_digests(two_saves) == before
     assert isinstance(e.value, ck.CheckpointUnreadable)
     with pytest.raises(ck.CheckpointUnreadable, match=advice):
@@ -277,7 +278,7 @@ def test_a_file_the_system_will_not_read_stops_loading_and_moves_nothing(two_sav
 
 def test_a_bot_whose_checkpoint_may_not_be_read_does_not_start_and_says_why(tmp_path, monkeypatch):
     cfg = small_cfg(tmp_path, pace="lockstep")
-    with Agent(cfg, OBS_SPACE, ACT_SPACE, log=lambda m: None) as agent:
+    with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
         play(agent, 20)
     w = tmp_path / "w"
     latest, real = str(w / ck.LATEST), zipfile.ZipFile
@@ -291,7 +292,7 @@ def test_a_bot_whose_checkpoint_may_not_be_read_does_not_start_and_says_why(tmp_
     before = dir_digests(w)
     with pytest.raises(AgentError, match=r"cannot be read \(Permission denied\); give this user read access.*"
                                          rf"Nothing in {str(w)!r} was changed"):
-        Agent(cfg, OBS_SPACE, ACT_SPACE, log=lambda m: None)
+        Agent(cfg, OBS_SPACE, ACT_SPACE)
     assert dir_digests(w) == before
 
 
@@ -301,7 +302,7 @@ def test_a_directory_in_place_of_the_latest_is_not_moved_aside(two_saves):
     os.mkdir(two_saves / ck.LATEST)
     before = sorted(os.listdir(two_saves))
     with pytest.raises(ck.CheckpointError, match="is a directory, not a regular file.*move it out of the way") as e:
-        ck.load_latest(str(two_saves), log=lambda m: None)
+        ck.load_latest(str(two_saves))
     assert sorted(os.listdir(two_saves)) == before and os.path.isdir(two_saves / ck.LATEST)
     assert isinstance(e.value, ck.CheckpointUnreadable)
 
@@ -317,7 +318,7 @@ def test_a_latest_that_vanishes_while_read_stops_loading_instead_of_a_traceback(
 
     monkeypatch.setattr(ck.zipfile, "ZipFile", vanishing)
     with pytest.raises(ck.CheckpointError, match="moved or deleted while it was being read; start again") as e:
-        ck.load_latest(str(two_saves), log=lambda m: None)
+        ck.load_latest(str(two_saves))
     assert not [f for f in os.listdir(two_saves) if ".corrupt-" in f]
     assert isinstance(e.value, ck.CheckpointUnreadable)
 
@@ -330,7 +331,7 @@ def test_a_corrupt_file_that_cannot_be_moved_aside_stops_loading(two_saves, monk
 
     monkeypatch.setattr(ck_load, "set_aside", refused)
     with pytest.raises(ck.CheckpointError, match="not a zip file.*could not be moved aside.*read access") as e:
-        ck.load_latest(str(two_saves), log=lambda m: None)
+        ck.load_latest(str(two_saves))
     assert isinstance(e.value, ck.CheckpointUnreadable)
 
 
@@ -344,11 +345,11 @@ OTHER_RNG = json.dumps(np.random.Generator(np.random.PCG64DXSM(0)).bit_generator
     ({"acting_rng": OTHER_RNG}, "expected a PCG64 state"),
     ({"utd_carry": math.nan}, "utd_carry = nan, expected a finite number >= 0"),
 ])
-def test_a_training_state_a_resume_cannot_use_is_invalid_and_set_aside(tmp_path, change, said):
+def test_a_training_state_a_resume_cannot_use_is_invalid_and_set_aside(tmp_path, change, said, caplog):
     """With correct digests these passed `sacbot inspect` as valid, and every resume failed (a
     traceback); NaN was written back by the final save, so the bot crash-looped."""
     cfg = small_cfg(tmp_path, pace="lockstep", save_interval=10)
-    with Agent(cfg, OBS_SPACE, ACT_SPACE, log=lambda m: None) as agent:
+    with Agent(cfg, OBS_SPACE, ACT_SPACE) as agent:
         play(agent, 40)
     w = tmp_path / "w"
     step = ck.read_checkpoint(str(w / ck.LATEST))["manifest"]["step"]
@@ -356,10 +357,10 @@ def test_a_training_state_a_resume_cannot_use_is_invalid_and_set_aside(tmp_path,
     edit_meta(w / ck.LATEST, **change)
     p = sacbot(tmp_path, "inspect", w / ck.LATEST, timeout=60)
     assert p.returncode == 1 and p.stdout.startswith("invalid:") and said in p.stdout, p.stdout
-    logs: list[str] = []
-    again = Agent(cfg, OBS_SPACE, ACT_SPACE, log=logs.append)
+    caplog.set_level(logging.INFO, logger="sacbot")
+    again = Agent(cfg, OBS_SPACE, ACT_SPACE)
     assert again.loaded_from == str(w / f"sac_step_{step}.zip")  # the step copy of the same save
-    assert any(said in m and "kept aside as sac_latest.zip.corrupt-" in m for m in logs), logs
+    assert any(said in m and "kept aside as sac_latest.zip.corrupt-" in m for m in caplog.messages), caplog.messages
     play(again, 20)
     st = again.close()
     assert st["final_save"]["ok"]
@@ -403,7 +404,7 @@ def test_each_impossible_training_value_is_proven_corrupt_and_never_written(two_
         ck.read_checkpoint(str(latest))
     assert said in str(e.value) and type(e.value) is ck.CheckpointError  # proven corrupt
     ck.read_checkpoint(str(latest), entries=("actor",))  # eval reads the actor alone: unaffected
-    loaded, path = ck.load_latest(str(two_saves), SPACES, log=lambda m: None)
+    loaded, path = ck.load_latest(str(two_saves), SPACES)
     assert path.endswith("sac_step_20.zip") and [f for f in os.listdir(two_saves) if ".corrupt-" in f]
     if case == "env_steps not the manifest's":
         return  # a writer makes the manifest from the meta: it cannot write this one

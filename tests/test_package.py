@@ -5,6 +5,7 @@ empty directory."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import shutil
 import subprocess
@@ -58,36 +59,37 @@ def test_the_wheel_holds_sacbot_its_envs_and_the_pretrained_bot_and_no_top_level
     assert wheel.read(top).decode().split() == ["sacbot"]
 
 
-def test_eval_from_any_directory_plays_the_bot_shipped_in_the_package(tmp_path, monkeypatch):
+def test_eval_from_any_directory_plays_the_bot_shipped_in_the_package(tmp_path, monkeypatch, caplog):
     from sacbot import Agent
     from sacbot.acting.games import make_env
 
     monkeypatch.chdir(tmp_path)  # no ./weights, no ./weights/pretrained
     cfg = dataclasses.replace(Config(), eval_mode=True, run_dir=str(tmp_path / "run"))
     env = make_env(cfg.env)
-    logs: list[str] = []
-    agent = Agent(cfg, env.observation_space, env.action_space, log=logs.append)
+    caplog.set_level(logging.INFO, logger="sacbot")
+    agent = Agent(cfg, env.observation_space, env.action_space)
     try:
         assert agent.loaded_from is not None
         assert os.path.samefile(agent.loaded_from, os.path.join(ROOT, "sacbot", "bots", "tankduel.zip"))
-        assert any("pretrained bot" in m and "README.md" in m for m in logs)
+        assert any("pretrained bot" in m and "README.md" in m for m in caplog.messages)
         assert agent.policy_version == 88002  # the shipped bot's step (sacbot/bots/README.md)
     finally:
         agent.close()
         env.close()
 
 
-def test_a_bot_in_weights_pretrained_comes_before_the_shipped_one_and_a_bad_one_is_skipped(tmp_path):
+def test_a_bot_in_weights_pretrained_comes_before_the_shipped_one_and_a_bad_one_is_skipped(tmp_path, caplog):
     from sacbot.store import pretrained
     local = tmp_path / "weights" / "pretrained"
     local.mkdir(parents=True)
     (local / "a_broken.zip").write_bytes(b"not a zip")
     shutil.copy(os.path.join(ROOT, "sacbot", "bots", "tankduel.zip"), local / "b_mine.zip")
-    logs: list[str] = []
-    found = pretrained.find("sacbot/TankDuel-v0", {}, logs.append, str(tmp_path / "weights"))
+    log = logging.getLogger("sacbot")
+    caplog.set_level(logging.INFO, logger="sacbot")
+    found = pretrained.find("sacbot/TankDuel-v0", {}, log, str(tmp_path / "weights"))
     assert found is not None and found[1] == str(local / "b_mine.zip")
-    assert any("a_broken.zip is not usable" in m for m in logs)
-    assert pretrained.find("Pendulum-v1", {}, logs.append, str(tmp_path / "weights")) is None  # not its env
+    assert any("a_broken.zip is not usable" in m for m in caplog.messages)
+    assert pretrained.find("Pendulum-v1", {}, log, str(tmp_path / "weights")) is None  # not its env
 
 
 def _clean_env() -> dict:

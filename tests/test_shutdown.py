@@ -42,7 +42,6 @@ from sacbot.store.lock import WriterLock
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-QUIET = {"log": lambda m: None}
 # The sizes of small_cfg, as flags: a checkpoint made through the API resumes from the CLI.
 SMALL = ["--env", "Pendulum-v1", "--hidden", "8", "--batch-size", "2", "--seq-len", "4", "--learning-starts", "4",
          "--calib-updates", "2", "--quiet"]
@@ -91,7 +90,7 @@ def _bot_with_foreign_rng_state(cfg) -> None:
     """A checkpoint whose saved acting noise state is a PCG64DXSM's: the learner loads it, the acting
     side cannot restore it into its PCG64 generator.  Made by a thread learner: the patch of
     ``_unchecked_meta`` does not reach a learner process."""
-    agent = Agent(dataclasses.replace(cfg, learner="thread"), OBS_SPACE, ACT_SPACE, **QUIET)
+    agent = Agent(dataclasses.replace(cfg, learner="thread"), OBS_SPACE, ACT_SPACE)
     play(agent, 12)
     agent.rng = np.random.Generator(np.random.PCG64DXSM(1))
     assert agent.close()["final_save"]["ok"]
@@ -116,12 +115,12 @@ def test_a_checkpoint_the_acting_side_refuses_leaves_no_thread_child_or_lock(tmp
     _bot_with_foreign_rng_state(cfg)
     threads, children, zips = _sacbot_threads(), _children(), _zips(cfg.weights_dir)
     with pytest.raises((AgentError, ConfigError), match="acting"):
-        Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
+        Agent(cfg, OBS_SPACE, ACT_SPACE)
     _assert_nothing_left(cfg, threads, children, zips)
     # A second Agent in this same process takes the directory, once the refused file is gone.
     for name in zips:
         os.unlink(os.path.join(cfg.weights_dir, name))
-    second = Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
+    second = Agent(cfg, OBS_SPACE, ACT_SPACE)
     assert second.learner is not None
     assert second.close()["final_save"]["ok"]
 
@@ -141,10 +140,10 @@ def test_any_exception_after_the_learner_started_leaves_nothing(tmp_path, monkey
     cfg = small_cfg(tmp_path, learner=learner_kind)
     threads, children = _sacbot_threads(), _children()
     with pytest.raises(type(exc)):
-        Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)
+        Agent(cfg, OBS_SPACE, ACT_SPACE)
     _assert_nothing_left(cfg, threads, children, {})
     monkeypatch.undo()
-    second = Agent(cfg, OBS_SPACE, ACT_SPACE, **QUIET)  # the same directory, the same process
+    second = Agent(cfg, OBS_SPACE, ACT_SPACE)  # the same directory, the same process
     second.close()
 
 
@@ -368,7 +367,7 @@ def test_a_stop_request_ends_a_lockstep_observe_that_waits_for_the_learner(tmp_p
     monkeypatch.setattr(SACLSTMLearner, "update", slow)
     stop = threading.Event()
     cfg = small_cfg(tmp_path, pace="lockstep", utd_ratio=64)
-    agent = Agent(cfg, OBS_SPACE, ACT_SPACE, stop=stop, **QUIET)
+    agent = Agent(cfg, OBS_SPACE, ACT_SPACE, stop=stop)
     stopped_at: list[float] = []
 
     def stop_in_the_pass():

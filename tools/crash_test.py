@@ -76,7 +76,7 @@ def run(kills: int, mb: float = 2.0, seed: int = 0, log=None) -> dict:
         try:
             temps_removed += len(ck.remove_stale_temps(directory))
             assert not any(f.startswith(ck.TMP_PREFIX) for f in os.listdir(directory))
-            loaded = ck.load_latest(directory, log=lambda m: None, set_aside_bad=False)
+            loaded = ck.load_latest(directory, set_aside_bad=False)
             if loaded is None:
                 raise ck.CheckpointError("no checkpoint loads")
             c, path = loaded

@@ -40,6 +40,7 @@ from sacbot.acting.errors import AgentError, AgentInterrupted
 from sacbot.acting.latency import LatencyWindow
 from sacbot.acting.spaces import input_dim, learner_spaces, space_dims
 from sacbot.config import Config, ConfigError
+from sacbot.console import Log
 from sacbot.store.files import UnusableDir, append_jsonl, make_dir
 from sacbot.store.liveness import Heartbeat, RoundCounter
 from sacbot.store.rundir import RunDirClaim, RunDirInUse
@@ -55,15 +56,10 @@ from sacbot.wire.messages import (
     check_vector,
 )
 
-# How an Agent gets its start: (cfg, obs_dim, act_dim, spaces, log, learner, stop) -> Start.
+# How an Agent gets its start: (cfg, obs_dim, act_dim, spaces, logger, learner, stop) -> Start.
 # sacbot.Agent passes the assembly's (sacbot.assembly.assemble.assemble); the acting side never
 # imports it.
 Starter = Callable[..., Start]
-
-
-def _log_line(message: str) -> None:
-    """The default ``log`` of an Agent: the "sacbot" logger (the CLI configures it)."""
-    logging.getLogger("sacbot").info(message.removeprefix("sacbot: "))
 
 
 class Agent:
@@ -84,20 +80,23 @@ class Agent:
     deterministically and sends and saves nothing."""
 
     def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, *, start_with: Starter,
-                 log=None, learner=None, env_layout: dict | None = None, stop: threading.Event | None = None):
+                 logger: Log | None = None, learner=None, env_layout: dict | None = None,
+                 stop: threading.Event | None = None):
         """``start_with``: what builds the bot's start (its first actor and its learner);
         :class:`sacbot.Agent` passes the assembly's, so a game constructs ``sacbot.Agent``.
         ``learner``: an already running learner to feed (a bot of a Ray cluster feeds the shared
         one); by default the bot assembles its own.  ``env_layout``: the env's
         settings that change what its values mean (sacbot.acting.games.env_layout), saved with the bot.
-        ``stop``: the game's stop request (a signal handler sets it): no wait of the Agent outlasts
-        it, neither the start (AgentInterrupted) nor a lockstep observe().
+        ``logger``: where the bot says what it does (default: the "sacbot" logger; a server passes an
+        adapter that names the bot).  ``stop``: the game's stop request (a signal handler sets it):
+        no wait of the Agent outlasts it, neither the start (AgentInterrupted) nor a lockstep
+        observe().
 
         All or nothing: if the constructor raises, nothing of the bot is left (no thread, no child
         process, no lock held); the learner it had started is ended without a save."""
         self.cfg = cfg
         self.stop = stop
-        self.log = log or _log_line
+        self.logger = logger or logging.getLogger("sacbot")
         self.obs_dim, self.act_dim = space_dims(obs_space, action_space)
         self.obs_shape = obs_space.shape
         self._low = action_space.low.astype(np.float32)
@@ -134,12 +133,12 @@ class Agent:
         self.heartbeat = Heartbeat(os.path.join(cfg.run_dir, "status.json"))
         self.episodes_path = os.path.join(cfg.run_dir, "episodes.jsonl")
         if self.eval_mode:
-            self.log("sacbot: EVAL MODE: deterministic actions; nothing is sent to a learner or saved")
+            self.logger.info("EVAL MODE: deterministic actions; nothing is sent to a learner or saved")
         net_obs = input_dim(cfg, self.obs_dim)
         spaces = learner_spaces(net_obs, obs_space, action_space, env_layout)
         self._run_claim = claim_run_dir(cfg)  # released below if the start fails, else by close()
         try:
-            start = start_with(cfg, net_obs, self.act_dim, spaces, self.log, learner=learner, stop=stop)
+            start = start_with(cfg, net_obs, self.act_dim, spaces, self.logger, learner=learner, stop=stop)
         except BaseException as e:
             self._run_claim.release()
             if isinstance(e, StartInterrupted):

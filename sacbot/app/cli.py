@@ -144,19 +144,19 @@ def cmd_run(args, eval_mode: bool) -> int:
     try:
         report = drive(cfg, stop)
     except AgentInterrupted as e:  # the signal came while the bot was starting
-        print(f"sacbot: {e}", file=sys.stderr)
+        log.error("%s", e)
         return 128 + (signals.signum or signal.SIGINT)
     except AgentError as e:
-        print(f"sacbot: {e}", file=sys.stderr)
+        log.error("%s", e)
         return 1
     except MessageError as e:  # the env gave a value the bot refuses (NaN) after the start-up check passed
-        print(f"sacbot: the env {cfg.env} gave a value sacbot cannot learn from: {e}; the bot was closed and its "
-              "last checkpoint kept", file=sys.stderr)
+        log.error(f"the env {cfg.env} gave a value sacbot cannot learn from: {e}; the bot was closed and its "
+                  "last checkpoint kept")
         return 1
     finally:
         if sink is not None and not sink.stop(timeout=10):  # after drive: the final lines are written
-            print("sacbot: the TensorBoard sink did not finish in 10 s; its last scalars may be missing "
-                  "(the JSONL files are complete)", file=sys.stderr)
+            log.warning("the TensorBoard sink did not finish in 10 s; its last scalars may be missing "
+                        "(the JSONL files are complete)")
     agent = report.pop("agent")
     if cfg.eval_mode:
         s = summary(agent)
@@ -182,30 +182,28 @@ def cmd_run(args, eval_mode: bool) -> int:
     last = report.get("last_save") if final.get("ok") else None
     if report.get("mean_return_last20") is not None:
         won = report.get("win_rate_last20")
-        print(f"sacbot: last {min(agent.episodes, 20)} episodes: mean return {report['mean_return_last20']:.2f}"
-              + (f", won {won:.0%}" if won is not None else ""), file=sys.stderr)
-    print(f"sacbot: {report['env_steps']} env steps, {report.get('learner_steps', 0)} gradient steps, "
-          f"{agent.episodes} episodes; final checkpoint: {last['path'] if last else 'none'}",
-          file=sys.stderr)
+        log.info(f"last {min(agent.episodes, 20)} episodes: mean return {report['mean_return_last20']:.2f}"
+                 + (f", won {won:.0%}" if won is not None else ""))
+    log.info(f"{report['env_steps']} env steps, {report.get('learner_steps', 0)} gradient steps, "
+             f"{agent.episodes} episodes; final checkpoint: {last['path'] if last else 'none'}")
     drops = (report.get("drops") or {}).get("transition", 0)
     received = report.get("env_steps_received") or 0
     utd = report.get("learner_steps", 0) / received if received else 0.0
-    print(f"sacbot: the learner got {received} transitions and dropped {drops} "
-          f"({drops / max(report['env_steps'], 1):.0%} of those played); gradient steps per transition "
-          f"received {utd:.2f} (utd_ratio {cfg.utd_ratio:g})", file=sys.stderr)
+    log.info(f"the learner got {received} transitions and dropped {drops} "
+             f"({drops / max(report['env_steps'], 1):.0%} of those played); gradient steps per transition "
+             f"received {utd:.2f} (utd_ratio {cfg.utd_ratio:g})")
     if err:
-        print(f"sacbot: the learner failed: {err}", file=sys.stderr)
+        log.error(f"the learner failed: {err}")
         return 1
     if not final.get("ok"):
         # The runner (and any script) must not take lost work for a finished run.
         if final.get("timed_out"):
-            print(f"sacbot: {final.get('error')}: the bot did not wait longer (--final-save-timeout "
-                  f"{final.get('deadline_s', cfg.final_save_timeout):g}); the newest checkpoint in "
-                  f"{cfg.weights_path!r} may be older than this run's work", file=sys.stderr)
+            log.error(f"{final.get('error')}: the bot did not wait longer (--final-save-timeout "
+                      f"{final.get('deadline_s', cfg.final_save_timeout):g}); the newest checkpoint in "
+                      f"{cfg.weights_path!r} may be older than this run's work")
         else:
-            print(f"sacbot: the final checkpoint was NOT written ({final.get('error', 'unknown')}); "
-                  f"the newest checkpoint in {cfg.weights_path!r} is older than this run's work",
-                  file=sys.stderr)
+            log.error(f"the final checkpoint was NOT written ({final.get('error', 'unknown')}); "
+                      f"the newest checkpoint in {cfg.weights_path!r} is older than this run's work")
         return EXIT_SAVE_FAILED
     return 0
 
@@ -289,10 +287,10 @@ def cmd_plot(args) -> int:
     try:
         print(plot(args.run_dirs, args.out))
     except ValueError as e:
-        print(f"sacbot: plot: {e}", file=sys.stderr)
+        log.error(f"plot: {e}")
         return 2
     except PlotError as e:
-        print(f"sacbot: plot: {e}", file=sys.stderr)
+        log.error(f"plot: {e}")
         return 1
     return 0
 
@@ -305,14 +303,14 @@ def cmd_render(args) -> int:
     try:
         print(render(a))
     except ValueError as e:
-        print(f"sacbot: render: {e}", file=sys.stderr)
+        log.error(f"render: {e}")
         return 2
     except ImportError as e:
-        print(f"sacbot: render: Pillow is not installed ({e}); install the plot extra: pip install "
-              "'sacbot[plot]'", file=sys.stderr)
+        log.error(f"render: Pillow is not installed ({e}); install the plot extra: pip install "
+                  "'sacbot[plot]'")
         return 2
     except RenderError as e:
-        print(f"sacbot: render: {e}", file=sys.stderr)
+        log.error(f"render: {e}")
         return 1
     return 0
 
@@ -337,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         # SIGINT before cmd_run installs its handler (imports, config, env check): no agent
         # exists yet, so nothing needs a save; one line instead of a traceback.
-        print("sacbot: interrupted during start-up; nothing was saved", file=sys.stderr)
+        log.warning("interrupted during start-up; nothing was saved")
         return 128 + signal.SIGINT
 
 
@@ -360,7 +358,7 @@ def _main(argv: list[str]) -> int:
             return cmd_render(args)
         return cmd_status(args)
     except ConfigError as e:
-        print(f"sacbot: configuration error: {e}", file=sys.stderr)
+        log.error(f"configuration error: {e}")
         return 2
 
 

@@ -99,7 +99,7 @@ def _warn_if_starved(agent: Agent, cfg: Config) -> bool:
     return True
 
 
-def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None, learner=None) -> dict:
+def drive(cfg: Config, stop: threading.Event | None = None, agent_logger=None, learner=None) -> dict:
     """Play until --steps, --episodes or ``stop``; close the agent (final save); report.
     ``learner``: a learner handle to feed instead of one of the bot's own (a shared Ray learner)."""
     stop = stop or threading.Event()
@@ -107,7 +107,7 @@ def drive(cfg: Config, stop: threading.Event | None = None, agent_log=None, lear
     try:
         cfg = with_env_critic_obs(cfg, env)
         # The stop request reaches the Agent's own waits: the learner's start, lockstep's wait.
-        agent = Agent(cfg, env.observation_space, env.action_space, log=agent_log, learner=learner,
+        agent = Agent(cfg, env.observation_space, env.action_space, logger=agent_logger, learner=learner,
                       env_layout=env_layout(env), stop=stop)
     except BaseException:  # the Agent left nothing behind; neither does the env
         env.close()

@@ -105,7 +105,7 @@ class LearnerServer:
         from sacbot.assembly.assemble import expect_for
 
         found = load_latest(spec.weights_dir, expect_for(cfg, spec.obs_dim, spec.act_dim, spec.spaces),
-                               log=lambda m: log.info(m.removeprefix("sacbot: ")), latest_name=spec.latest_name)
+                               logger=log, latest_name=spec.latest_name)
         self.loaded_from = found[1] if found else None
         self.inbox = Channel(queue_size)
         # Versions continue across a restart from the checkpoint's step, so they only go up.

@@ -24,15 +24,17 @@ run directory were written by that run's sink.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
-import sys
 import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
 
 from sacbot.config import Config, ConfigError
+
+log = logging.getLogger("sacbot")
 
 EXTRA = "pip install 'sacbot[tensorboard]'"
 WINDOW = 20  # episodes in the moving return and win rate, as in the progress line's (avg20)
@@ -199,8 +201,7 @@ class TensorBoardSink(threading.Thread):
             self.poll()  # the lines written before stop (the final metrics line, the last episode)
         except Exception as e:  # noqa: BLE001 - kept, printed; the run goes on without scalars
             self.error = f"{type(e).__name__}: {e}"
-            print(f"sacbot: TensorBoard sink stopped: {self.error}; the JSONL files are complete",
-                  file=sys.stderr, flush=True)
+            log.error(f"TensorBoard sink stopped: {self.error}; the JSONL files are complete")
         finally:
             self.writer.close()
 

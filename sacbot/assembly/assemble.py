@@ -1,6 +1,6 @@
 """Where a bot is put together: the only module that knows both the acting and the learning side.
 
-    start = assemble(cfg, obs_dim, act_dim, spaces, log)   # called by Agent.__init__
+    start = assemble(cfg, obs_dim, act_dim, spaces, logger)   # called by Agent.__init__
     start.arrays          # the actor the bot plays first (plain arrays)
     start.learner         # a Learner (sacbot.wire.boundary), or None in eval mode
     start.release()       # at close: frees the weights directory's writer lock
@@ -28,9 +28,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
 
 from sacbot.config import Config, ConfigError
+from sacbot.console import SILENT, Log
 from sacbot.store.errors import CheckpointError, CheckpointMismatch, CheckpointStop
 from sacbot.store.files import UnusableDir, make_dir
 from sacbot.store.format import MAX_CHECKPOINT_BYTES, checkpoint_byte_cap
@@ -69,15 +69,15 @@ def _stopped(cfg: Config, e: CheckpointError) -> StartError:
     return StartError(f"{e}. {done}")
 
 
-def assemble(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log: Callable[[str], None],
+def assemble(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, logger: Log,
              learner=None, stop: threading.Event | None = None) -> Start:
     """``stop``: the bot's stop request; set while the learner starts, the start is given up
     (StartInterrupted) at once instead of after the learner is ready."""
     if cfg.eval_mode:
-        return _eval(cfg, obs_dim, act_dim, spaces, log)
+        return _eval(cfg, obs_dim, act_dim, spaces, logger)
     if learner is not None:
         return _attach(cfg, learner, obs_dim, act_dim, stop)
-    return _train(cfg, obs_dim, act_dim, spaces, log, stop)
+    return _train(cfg, obs_dim, act_dim, spaces, logger, stop)
 
 
 def _interrupted(what: str) -> StartInterrupted:
@@ -108,7 +108,7 @@ def _attach(cfg: Config, learner, obs_dim: int, act_dim: int, stop: threading.Ev
 
 
 # --- eval ------------------------------------------------------------------------------------
-def _eval(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log) -> Start:
+def _eval(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, logger: Log) -> Start:
     # The export carries its own sizes; of the settings only the inputs must agree (and naming
     # reward_input says why a wider input is asked for; critic_obs, which values the actor reads),
     # and the game: a bot played in another one would read its values as something else.
@@ -117,14 +117,14 @@ def _eval(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log) -> Start:
     try:
         # Actor-only: eval reads the deployable actor export and the manifest, nothing else.
         # Eval writes nothing, so the newest checkpoint is played even with newer step files beside it.
-        found = load_latest(cfg.weights_dir, expect, entries=("actor",), log=log, set_aside_bad=False,
+        found = load_latest(cfg.weights_dir, expect, entries=("actor",), logger=logger, set_aside_bad=False,
                                latest_name=cfg.latest_name, refuse_newer_steps=False)
     except CheckpointMismatch as e:
         raise _mismatch(cfg, e) from None
     except CheckpointStop as e:
         raise _stopped(cfg, e) from None
     if found is None and cfg.weights_path == Config.weights_path:
-        found = _pretrained(cfg, expect, log)
+        found = _pretrained(cfg, expect, logger)
     if found is None:
         raise StartError(f"no valid checkpoint in {cfg.weights_path!r} to evaluate; "
                             "train first with `sacbot run` or pass --weights-path")
@@ -152,14 +152,14 @@ def expect_for(cfg: Config, obs_dim: int, act_dim: int, spaces: dict | None = No
     return {**cfg.to_dict(), "obs_dim": obs_dim, "act_dim": act_dim, **_game(cfg, spaces)}
 
 
-def _pretrained(cfg: Config, expect: dict, log):
+def _pretrained(cfg: Config, expect: dict, logger: Log):
     """No checkpoint of one's own: play a pretrained bot for this env (one in
     <weights>/pretrained/, else the one shipped in the package), saying so."""
     from sacbot.store import pretrained
-    found = pretrained.find(cfg.env, expect, log, cfg.weights_path)
+    found = pretrained.find(cfg.env, expect, logger, cfg.weights_path)
     if found:
-        log(f"sacbot: no checkpoint of your own in {cfg.weights_path!r}; evaluating the "
-            f"pretrained bot {found[1]} (provenance in {pretrained.provenance(found[1])})")
+        logger.info(f"no checkpoint of your own in {cfg.weights_path!r}; evaluating the pretrained bot "
+                    f"{found[1]} (provenance in {pretrained.provenance(found[1])})")
     return found
 
 
@@ -202,7 +202,7 @@ def _check_loadable(cfg: Config, obs_dim: int, act_dim: int, spaces: dict | None
     Reads only the actors and moves nothing aside, so a refusal leaves every file where it was."""
     try:
         found = load_latest(cfg.weights_dir, expect_for(cfg, obs_dim, act_dim, spaces),
-                               entries=("actor",), log=lambda m: None, set_aside_bad=False,
+                               entries=("actor",), logger=SILENT, set_aside_bad=False,
                                latest_name=cfg.latest_name)
         has_files = bool(candidates(cfg.weights_dir, cfg.latest_name))
     except CheckpointMismatch as e:
@@ -227,7 +227,8 @@ def _lock(cfg: Config) -> WriterLock:
                             f"{why}") from None
 
 
-def _train(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log, stop: threading.Event | None = None) -> Start:
+def _train(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, logger: Log,
+           stop: threading.Event | None = None) -> Start:
     try:  # its step files would be another bot's, or its own would overwrite it
         check_latest_name(cfg.latest_name)
     except ValueError as e:
@@ -236,7 +237,7 @@ def _train(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, log, stop: thr
     _weights_dir(cfg)
     lock = _lock(cfg)  # one writer per weights directory, held until close (the OS frees it on any exit)
     try:
-        return _train_locked(cfg, obs_dim, act_dim, spaces, log, lock, stop)
+        return _train_locked(cfg, obs_dim, act_dim, spaces, logger, lock, stop)
     except BaseException:
         lock.close()
         raise
@@ -251,15 +252,15 @@ def abort_learner(learner, timeout: float = ABORT_TIMEOUT_S) -> None:
         logging.getLogger("sacbot").error("ending the learner of a failed start: %s: %s", type(e).__name__, e)
 
 
-def _train_locked(cfg, obs_dim, act_dim, spaces, log, lock: WriterLock, stop=None) -> Start:
+def _train_locked(cfg, obs_dim, act_dim, spaces, logger: Log, lock: WriterLock, stop=None) -> Start:
     for p in remove_stale_temps(cfg.weights_dir):  # safe: we hold the lock
-        log(f"sacbot: removed stale temp file {p}")
+        logger.info(f"removed stale temp file {p}")
     try:
         had_files = bool(candidates(cfg.weights_dir, cfg.latest_name))
         # With --no-fresh-start nothing is set aside: a refusal must leave every file where it was,
         # or the next plain run would start fresh without the warning.
         found = load_latest(cfg.weights_dir, expect_for(cfg, obs_dim, act_dim, spaces),
-                               log=log, latest_name=cfg.latest_name, set_aside_bad=not cfg.no_fresh_start)
+                               logger=logger, latest_name=cfg.latest_name, set_aside_bad=not cfg.no_fresh_start)
     except CheckpointMismatch as e:
         raise _mismatch(cfg, e) from None
     except CheckpointStop as e:
@@ -268,8 +269,8 @@ def _train_locked(cfg, obs_dim, act_dim, spaces, log, lock: WriterLock, stop=Non
         if cfg.no_fresh_start:
             raise StartError(f"no checkpoint in {cfg.weights_dir!r} loads, and --no-fresh-start refuses to start "
                                 "fresh; nothing there was moved or changed")
-        log("sacbot: WARNING: no valid checkpoint could be loaded; STARTING FRESH. "
-            "The unusable files are kept aside as *.corrupt-*.")
+        logger.warning("no valid checkpoint could be loaded; STARTING FRESH. The unusable files are kept aside "
+                       "as *.corrupt-*.")
     ckpt, path = found if found is not None else (None, None)
     spec = LearnerSpec(config=cfg.to_dict(), obs_dim=obs_dim, act_dim=act_dim, spaces=spaces,
                        metrics_path=cfg.metrics_path, weights_dir=cfg.weights_dir, latest_name=cfg.latest_name)

@@ -18,12 +18,13 @@ import gymnasium as gym
 from sacbot.acting import agent as acting
 from sacbot.assembly.assemble import assemble
 from sacbot.config import Config
+from sacbot.console import Log
 
 
 class Agent(acting.Agent):
     __doc__ = acting.Agent.__doc__
 
-    def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, *, log=None, learner=None,
-                 env_layout: dict | None = None, stop: threading.Event | None = None):
-        super().__init__(cfg, obs_space, action_space, start_with=assemble, log=log, learner=learner,
+    def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, *, logger: Log | None = None,
+                 learner=None, env_layout: dict | None = None, stop: threading.Event | None = None):
+        super().__init__(cfg, obs_space, action_space, start_with=assemble, logger=logger, learner=learner,
                          env_layout=env_layout, stop=stop)

@@ -29,6 +29,13 @@ from sacbot.serve.protocol import BoxSpec, Hello, ProtocolError
 log = logging.getLogger("sacbot")
 
 
+class _BotLog(logging.LoggerAdapter):
+    """The server's log, each line naming the bot it is about."""
+
+    def process(self, msg, kwargs):
+        return f"bot {self.extra['bot']}: {msg}", kwargs
+
+
 def bot_config(cfg: Config, root: str, name: str) -> Config:
     """The server's Config for bot ``name``: its own directories, and a seed of its own (bots of one
     server would otherwise start with the same weights and draw the same exploration noise)."""
@@ -133,11 +140,9 @@ class BotRegistry:
                                                    "evaluate; expected a bot this server (without --eval) has "
                                                    "trained, or another name")
 
-        def say(message: str) -> None:
-            log.info("bot %s: %s", bot.name, message.removeprefix("sacbot: "))
-
         try:
-            return Agent(cfg, bot.obs.to_gym(), bot.action.to_gym(), log=say, stop=self.stop)
+            return Agent(cfg, bot.obs.to_gym(), bot.action.to_gym(), logger=_BotLog(log, {"bot": bot.name}),
+                         stop=self.stop)
         except AgentInterrupted:
             raise ProtocolError("server_stopping", "the server stopped while the bot was starting; expected a "
                                                    "reconnect once it is back") from None

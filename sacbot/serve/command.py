@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import logging
 import os
-import sys
 import threading
 
 from sacbot.config import Config, ConfigError, env_given, from_args
 from sacbot.serve import DEFAULT_PORT, MAX_FRAME
+
+log = logging.getLogger("sacbot")
 
 TOKEN_ENV = "SACBOT_SERVE_TOKEN"
 MIN_REMOTE_TOKEN_CHARS = 16
@@ -149,7 +151,7 @@ def cmd_serve(args) -> int:
         try:
             server.start()
         except ServeError as e:
-            print(f"sacbot: configuration error: {e}", file=sys.stderr)
+            log.error(f"configuration error: {e}")
             return 2
         server.wait()
         return server.shutdown()

@@ -5,10 +5,12 @@ Part of :mod:`sacbot.store.checkpoint`, which documents the format and re-export
 
 from __future__ import annotations
 
+import logging
 import os
 
 import numpy as np
 
+from sacbot.console import Log
 from sacbot.store.compat import check_shapes
 from sacbot.store.errors import (
     CheckpointError,
@@ -38,7 +40,7 @@ def _refuse_newer_steps(directory: str, latest_name: str, ckpt: dict) -> None:
 
 
 def load_latest(directory: str, expect: dict | None = None, entries: tuple[str, ...] | None = None,
-                log=print, set_aside_bad: bool = True, latest_name: str = LATEST,
+                logger: Log | None = None, set_aside_bad: bool = True, latest_name: str = LATEST,
                 refuse_newer_steps: bool = True) -> tuple[dict, str] | None:
     """Load the bot's newest valid checkpoint (``candidates``); set aside each file proven corrupt,
     try the next.  Returns (checkpoint, path) or None when there is no file or none is valid.
@@ -49,6 +51,7 @@ def load_latest(directory: str, expect: dict | None = None, entries: tuple[str, 
     let us read, and (with ``refuse_newer_steps``, for a run that will write) step files newer than
     the newest checkpoint raise a ``CheckpointStop``.  Either exception's ``set_aside`` lists the
     damaged files moved aside before it."""
+    logger = logger or logging.getLogger("sacbot")
     moved: list[str] = []
     latest = os.path.join(directory, latest_name)
     try:
@@ -59,12 +62,12 @@ def load_latest(directory: str, expect: dict | None = None, entries: tuple[str, 
                     check_shapes(ckpt, expect, path)
                 if refuse_newer_steps and path == latest:
                     _refuse_newer_steps(directory, latest_name, ckpt)
-                log(f"sacbot: loaded checkpoint {path} (step {ckpt['manifest'].get('step')})")
+                logger.info(f"loaded checkpoint {path} (step {ckpt['manifest'].get('step')})")
                 return ckpt, path
             except (CheckpointMismatch, CheckpointStop):
                 raise
             except CheckpointError as e:
-                msg = f"sacbot: checkpoint {path} is not usable: {e}"
+                msg = f"checkpoint {path} is not usable: {e}"
                 if set_aside_bad:
                     try:
                         moved.append(set_aside(path))
@@ -72,7 +75,7 @@ def load_latest(directory: str, expect: dict | None = None, entries: tuple[str, 
                         raise CheckpointUnreadable(f"{e}; it could not be moved aside ({err.strerror or err}): "
                                                    f"{_what_to_do(err.errno)}") from None
                     msg += f"; kept aside as {os.path.basename(moved[-1])}"
-                log(msg)
+                logger.warning(msg)
     except (CheckpointMismatch, CheckpointStop) as e:
         e.set_aside = moved  # so a message does not say "nothing was changed" after a rename
         raise

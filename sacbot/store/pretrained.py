@@ -10,7 +10,7 @@ Two places, in order:
 A bot is used only when it was trained on the env being played (its manifest's
 ``config.env``) and its actor fits the env's spaces.
 
-    found = find(cfg.env, {"obs_dim": 38, "act_dim": 4}, log, weights_path="weights")
+    found = find(cfg.env, {"obs_dim": 38, "act_dim": 4}, logger, weights_path="weights")
     if found:
         ckpt, path = found
 """
@@ -18,11 +18,12 @@ A bot is used only when it was trained on the env being played (its manifest's
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from importlib import resources
 from importlib.resources.abc import Traversable
 
+from sacbot.console import Log
 from sacbot.store.compat import check_shapes
 from sacbot.store.errors import CheckpointError
 from sacbot.store.read import read_checkpoint
@@ -50,11 +51,11 @@ def _candidates(weights_path: str | None) -> Iterator[list[str]]:
         yield paths + [str(stack.enter_context(resources.as_file(e))) for e in shipped]
 
 
-def find(env_id: str, expect: dict, log: Callable[[str], None], weights_path: str | None = None
+def find(env_id: str, expect: dict, logger: Log, weights_path: str | None = None
          ) -> tuple[dict, str] | None:
     """The first pretrained bot trained on ``env_id`` whose actor fits ``expect`` (obs_dim,
     act_dim): ``(checkpoint with the actor entry, its path)``, or None.  A damaged file is
-    reported through ``log`` and skipped, never raised."""
+    reported through ``logger`` and skipped, never raised."""
     with _candidates(weights_path) as paths:
         for path in paths:
             try:
@@ -63,7 +64,7 @@ def find(env_id: str, expect: dict, log: Callable[[str], None], weights_path: st
                     continue
                 check_shapes(c, expect, path)
             except CheckpointError as e:
-                log(f"sacbot: pretrained bot {path} is not usable: {e}")
+                logger.warning(f"pretrained bot {path} is not usable: {e}")
                 continue
             return c, path
     return None

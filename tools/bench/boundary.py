@@ -84,7 +84,7 @@ def arm_act(learner: str, env: str, ticks: int, warmup: int, utd: float, hidden:
     cfg = with_env_critic_obs(_bench_config(tmp, env=env, learner=learner, utd_ratio=utd, hidden=hidden, seed=seed,
                                             learning_starts=learning_starts, pace="free", **_nice(nice)), e)
     t_start = time.perf_counter()
-    agent = Agent(cfg, e.observation_space, e.action_space, log=lambda m: None)  # returns once the learner is up
+    agent = Agent(cfg, e.observation_space, e.action_space)  # returns once the learner is up
     start_s = time.perf_counter() - t_start
     lat = np.zeros(ticks, np.int64)
     cpu = np.zeros(ticks, np.int64)  # the acting thread's own CPU time in the call
@@ -187,7 +187,7 @@ def arm_steps(learner: str, env: str, chunk: int, chunks: int, warm_chunks: int,
     cfg = with_env_critic_obs(_bench_config(tmp, env=env, learner=learner, utd_ratio=utd, hidden=hidden, seed=seed,
                                             learning_starts=prefill, calib_updates=calib, pace="free", **_nice(nice)),
                               e)
-    agent = Agent(cfg, e.observation_space, e.action_space, log=lambda m: None)
+    agent = Agent(cfg, e.observation_space, e.action_space)
     link = agent.learner
     sent = 0
     pos = 0
@@ -399,7 +399,7 @@ from sacbot.config import Config
 from sacbot.acting.games import make_env
 env = make_env("sacbot/TankDuel-v0")
 agent = Agent(Config(eval_mode=True, quiet=True, run_dir=os.path.join(os.getcwd(), "run")),
-              env.observation_space, env.action_space, log=lambda m: None)
+              env.observation_space, env.action_space)
 agent.new_episode("x")
 obs, _ = env.reset(seed=0)
 agent.act(obs)
