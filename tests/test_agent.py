@@ -184,7 +184,7 @@ def test_learner_failure_keeps_acting_and_is_reported(tmp_path, learner_kind):
     for _ in range(cfg.batch_size):  # enough for the first batch: the update runs and fails
         agent.act(obs)
         agent.observe(0.0, obs, False, False)
-    assert agent.learner.wait_for(lambda st: not st["learner_alive"], 30)
+    assert agent.learner.wait_for(lambda st: not st.learner_alive, 30)
     version = agent.learner.snapshot.version  # published before the failure; nothing after it
     for _ in range(50):  # acting goes on with the last weights
         assert np.isfinite(agent.act(obs)).all()
@@ -232,15 +232,15 @@ def test_save_into_an_unwritable_path_is_counted_and_retried(tmp_path, learner_k
     agent = Agent(cfg, OBS_SPACE, ACT_SPACE)
     blocker = os.path.join(cfg.weights_path, "sac_latest.zip")
     os.makedirs(os.path.join(blocker, "x"))  # a directory where the file must go: the rename fails
-    _play_until(agent, lambda st: st.get("save_errors", 0) >= 1)
+    _play_until(agent, lambda st: st.save_errors >= 1)
     st = agent.status()
     # One failed save at least: a second offer may fail too before this status is read.
     failed = st["save_errors"]
     assert failed >= 1 and st["saves"] == 0 and st["learner_alive"] and "Error" in st["last_error"]
     os.rmdir(os.path.join(blocker, "x"))
     os.rmdir(blocker)
-    st = _play_until(agent, lambda st: st.get("saves", 0) >= 1)
-    assert st["learner_alive"]
+    st = _play_until(agent, lambda st: st.saves >= 1)
+    assert st.learner_alive
     agent.close()
     receipts = [json.loads(x) for x in open(os.path.join(cfg.weights_path, "saves.jsonl"))]
     errors = [r for r in receipts if "error" in r]
@@ -268,9 +268,9 @@ def test_full_disk_is_counted_and_the_next_save_succeeds(tmp_path, monkeypatch):
     monkeypatch.setattr(ck_write, "atomic_write", full_disk_once)  # in this process: the thread learner
     cfg = small_cfg(tmp_path, pace="lockstep", save_interval=3)
     agent = Agent(cfg, OBS_SPACE, ACT_SPACE)
-    st = _play_until(agent, lambda st: st.get("saves", 0) >= 1)
-    assert st["save_errors"] == 1 and st["saves"] >= 1 and st["learner_alive"]
-    assert "No space left" in (st["last_error"] or "")
+    st = _play_until(agent, lambda st: st.saves >= 1)
+    assert st.save_errors == 1 and st.saves >= 1 and st.learner_alive
+    assert "No space left" in (st.last_error or "")
     agent.close()
     assert ck.read_checkpoint(os.path.join(cfg.weights_path, ck.LATEST))["meta"]["grad_steps"] > 0
 
@@ -302,7 +302,7 @@ def test_reward_input_appends_the_previous_reward_to_what_the_learner_sees(tmp_p
             return 4, 1
 
         def close(self, acting_rng=None, timeout=0.0):
-            return {**self.status(), "final_save": {"ok": True}}
+            return self.status().but(final_save={"ok": True})
 
     cfg = small_cfg(tmp_path, reward_input=True)
     link = Recording(queue_size=100)

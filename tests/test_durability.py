@@ -175,7 +175,7 @@ def test_a_poisoned_learner_never_publishes_nor_saves_and_the_next_run_resumes(t
         a = agent.act(obs)
         assert np.isfinite(a).all()
         agent.observe(0.0, obs, False, False)
-    assert agent.learner.wait_for(lambda st: not st["learner_alive"], 30)
+    assert agent.learner.wait_for(lambda st: not st.learner_alive, 30)
     st = agent.status()
     assert not st["learner_alive"] and "NonFiniteError" in st["last_error"]
     assert agent.policy_version == version  # nothing non-finite was published

@@ -213,15 +213,15 @@ def test_status_is_pushed_inside_a_long_pass_with_its_steps(tmp_path, monkeypatc
         def drain(self):
             return batches.pop(0)[:] if len(batches) > 1 else []
 
-    pushed: list[dict] = []
+    pushed: list = []
     spec = LearnerSpec(config=cfg.to_dict(), obs_dim=3, act_dim=1, spaces={"obs_dim": 3, "act_dim": 1},
                        metrics_path=cfg.metrics_path, weights_dir=cfg.weights_dir)
     versions = iter(range(1, 100))
     loop = training.LearnerLoop(spec, None, Inbox(), lambda arrays: next(versions), pushed.append, threading.Event())
     loop.run()
-    during = [p for p in pushed if p.get("processed") == 0 and p.get("learner_steps")]
-    assert [p["learner_steps"] for p in during] == [4, 8]  # the pass's own publishes, before it ended
-    assert during[-1]["policy_version_published"] > during[0]["policy_version_published"]
+    during = [p for p in pushed if p.processed == 0 and p.learner_steps]
+    assert [p.learner_steps for p in during] == [4, 8]  # the pass's own publishes, before it ended
+    assert during[-1].policy_version_published > during[0].policy_version_published
 
 
     # (A save made in the pass shows as soon as the I/O thread reports it: not checked here, since
@@ -255,7 +255,7 @@ def test_a_learner_far_behind_never_makes_new_episode_wait_and_no_episode_is_cha
             return True
 
         def close(self, acting_rng=None, timeout=0.0):
-            return {**self.status(), "final_save": {"ok": True}}
+            return self.status().but(final_save={"ok": True})
 
     cfg = small_cfg(tmp_path)
     link = Stalled(queue_size=2)

@@ -172,3 +172,33 @@ def test_pulls_never_see_a_half_written_snapshot():
         t.join(10)
         sys.setswitchinterval(old)
     assert torn == 0
+
+
+# --- the learner's status record -----------------------------------------------------------------
+def test_the_learner_status_is_a_typed_record_that_round_trips_as_plain_data_and_keeps_unknown_keys():
+    import msgpack
+
+    from sacbot.wire.status import LearnerStatus
+
+    st = LearnerStatus(learner_steps=7, losses={"critic": 0.5}, last_save={"path": "w/x.zip", "step": 7})
+    wire = msgpack.unpackb(msgpack.packb(st.to_dict()))  # as it crosses a process learner's pipe
+    assert LearnerStatus.from_dict(wire) == st
+    # A host's partial word is laid over the record; keys no field names go to extra, not lost.
+    later = st.but(learner_alive=False, closed=True, transitions_received=12)
+    assert (later.learner_alive, later.closed, later.learner_steps) == (False, True, 7)
+    assert later.extra == {"transitions_received": 12} and later.to_dict()["transitions_received"] == 12
+    assert st.learner_alive and st.extra == {}  # records are never changed in place
+    with pytest.raises(AttributeError):
+        _ = st.learner_stpes  # a misspelt field fails at once, where a dict's .get gave a default
+
+
+def test_a_link_takes_whole_records_and_merges_partial_dicts():
+    from sacbot.wire.boundary import LearnerLink
+    from sacbot.wire.status import LearnerStatus
+
+    link = LearnerLink(4)
+    link.push_status(LearnerStatus(processed=5, learner_steps=9))
+    link.push_status({"learner_alive": False, "last_error": "gone"})
+    st = link.status()
+    assert (st.processed, st.learner_steps, st.learner_alive, st.last_error) == (5, 9, False, "gone")
+    assert link.wait_processed(5, timeout=1.0) and not link.wait_processed(6, timeout=0.05)

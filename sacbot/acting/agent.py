@@ -364,7 +364,7 @@ class Agent:
     def learner_error(self) -> str | None:
         if self.learner is None:
             return None
-        return self.learner.status().get("learner_error")
+        return self.learner.status().learner_error
 
     def status(self) -> dict:
         """The heartbeat: the Agent's own counters and the status the learner last pushed (a plain
@@ -375,7 +375,7 @@ class Agent:
               "round_counter": self.rounds.value if self.rounds else None,
               "loaded_from": self.loaded_from, "learner": self.cfg.learner if self.learner else None}
         if self.learner is not None:
-            ls = dict(self.learner.status())
+            ls = self.learner.status().to_dict()
             ls.pop("processed", None)
             ls.pop("policy_version_published", None)
             drops = {**self.learner.drops(), "save": ls.pop("save_drops", 0), "episode_not_started": self.unsent}
@@ -400,8 +400,8 @@ class Agent:
             deadline = self.cfg.final_save_timeout
         if self.learner is not None:
             final = self.learner.close(json.dumps(self.rng.bit_generator.state), timeout=deadline)
-            self.final_save = final.get("final_save") or {"ok": False, "error": "the learner did not report"}
-            if not final.get("learner_alive", False):
+            self.final_save = final.final_save or {"ok": False, "error": "the learner did not report"}
+            if not final.learner_alive:
                 self._release()  # a learner still writing keeps the lock: the OS frees it at exit
         st = self.status()
         self.heartbeat.maybe_write(lambda: st, force=True)

@@ -40,8 +40,7 @@ DROP_CHECK_EVERY = 1000  # env steps between looks at the drop count (a status c
 
 def _progress_text(agent: Agent, steps: int) -> str:
     ret, won = agent.recent_stats()
-    ls = agent.learner.status() if agent.learner else {}
-    st = ls.get("grad_steps_per_s", 0.0)
+    st = agent.learner.status().grad_steps_per_s if agent.learner else 0.0
     drops = agent.learner.drops()["transition"] if agent.learner else 0
     return (f"steps {steps}  ret(avg20) {'     n/a' if ret is None else f'{ret:8.1f}'}"
             + ("" if won is None else f"  won(last20) {won:4.0%}")

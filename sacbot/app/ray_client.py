@@ -19,6 +19,7 @@ import uuid
 from sacbot.config import ConfigError
 from sacbot.wire.boundary import LearnerLink
 from sacbot.wire.messages import encode_batch, unpack
+from sacbot.wire.status import LearnerStatus
 
 NAMESPACE = "sacbot"
 MAX_IN_FLIGHT = 4  # sends outstanding per bot; more and the bot's queue fills and drops
@@ -177,12 +178,13 @@ class RayLearnerClient(LearnerLink):
         while this bot has more than ``slack`` messages on their way (queued, batched, in
         flight) or the learner has more than half its inbox waiting for updates.  A learner that
         is away (restarting) is not waited for: the bot plays on and counts its drops."""
-        def caught_up(st: dict) -> bool:
-            if not st.get("learner_alive", True):
+        def caught_up(st: LearnerStatus) -> bool:
+            if not st.learner_alive:
                 return True
-            backlog = int(st.get("transitions_received", 0)) - int(st.get("processed", 0))
+            # The cluster's learner adds its ingest figures to the record (LearnerStatus.extra).
+            backlog = int(st.extra.get("transitions_received", 0)) - st.processed
             on_the_way = len(self.outbox) + self._batching + self._in_flight_n
-            return on_the_way <= slack and backlog <= int(st.get("inbox_capacity", 1 << 62)) // 2
+            return on_the_way <= slack and backlog <= int(st.extra.get("inbox_capacity", 1 << 62)) // 2
 
         if caught_up(self._status):
             return True
@@ -193,11 +195,11 @@ class RayLearnerClient(LearnerLink):
             ok = self.wait_for(caught_up, timeout, stop if stop is not None else threading.Event())
         finally:
             self._waiting.clear()
-        return ok and bool(self._status.get("learner_alive", True))
+        return ok and self._status.learner_alive
 
-    def close(self, acting_rng: str | None = None, timeout: float = 30.0) -> dict:
+    def close(self, acting_rng: str | None = None, timeout: float = 30.0) -> LearnerStatus:
         """Stops this bot's link only: the shared learner goes on and makes its own final save."""
         self._stop.set()
         for t in self._threads:
             t.join(timeout)
-        return {**self.status(), "final_save": {"ok": True, "by": "the cluster's learner"}}
+        return self.status().but(final_save={"ok": True, "by": "the cluster's learner"})

@@ -46,6 +46,7 @@ from sacbot.wire.messages import (
     decode_batch,
     pack,
 )
+from sacbot.wire.status import LearnerStatus
 
 log = logging.getLogger("sacbot")
 LEARNER_NAME = "sacbot-learner"
@@ -112,7 +113,7 @@ class LearnerServer:
         base = int(found[0]["manifest"].get("step", 0)) if found else 0
         self._snap: tuple[int, bytes] = (base, b"")
         self._snap_ref = None
-        self._status: dict = {}
+        self._status = LearnerStatus()
         self._bots: dict[int, dict] = {}
         self._order: dict[int, InOrder] = {}
         self._refused = 0  # batches refused
@@ -136,9 +137,9 @@ class LearnerServer:
             self._snap, self._snap_ref = (version, blob), None
         return version
 
-    def _push(self, status: dict) -> None:
+    def _push(self, status: LearnerStatus) -> None:
         with self._lock:
-            self._status = {**self._status, **status}
+            self._status = status
         self._ready.set()  # the first push follows the build (its first actor) or its failure
 
     # --- the boundary, as Ray methods -------------------------------------------------------
@@ -225,8 +226,8 @@ class LearnerServer:
 
     def status(self) -> dict:
         with self._lock:
-            st, bots, version = dict(self._status), dict(self._bots), self._snap[0]
-        steps, env_steps = st.get("learner_steps", 0), st.get("env_steps_received", 0)
+            st, bots, version = self._status.to_dict(), dict(self._bots), self._snap[0]
+        steps, env_steps = st["learner_steps"], st["env_steps_received"]
         cfg = self.spec.config
         replay_ratio = steps * self.samples_per_step / env_steps if env_steps else 0.0
         target = cfg["utd_ratio"] * self.samples_per_step
@@ -234,7 +235,7 @@ class LearnerServer:
         st.update(
             loaded_from=self.loaded_from, policy_version=version,
             replay_ratio=round(replay_ratio, 2), replay_ratio_target=round(target, 2),
-            capacity_samples_per_s=round(st.get("grad_steps_per_s", 0.0) * self.samples_per_step, 1),
+            capacity_samples_per_s=round(st["grad_steps_per_s"] * self.samples_per_step, 1),
             transitions_received=self._received, dropped_at_learner=self._dropped_here,
             refused_at_learner=self._refused,
             lost_out_of_order=sum(o.lost for o in self._order.values()),

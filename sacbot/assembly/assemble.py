@@ -98,13 +98,13 @@ def _attach(cfg: Config, learner, obs_dim: int, act_dim: int, stop: threading.Ev
         if stop is not None and stop.is_set():
             raise _interrupted("waiting for the learner's first actor")
         raise StartError(f"the learner did not publish an actor in {READY_TIMEOUT_S:g} s "
-                            f"({learner.status().get('last_error')})")
+                            f"({learner.status().last_error})")
     got = learner.pull(0)
     assert got is not None
     version, arrays = got
     st = learner.status()
     return Start({k: v.copy() for k, v in arrays.items()}, version, None, learner,
-                 env_steps=int(st.get("env_steps_received", 0)))
+                 env_steps=int(st.env_steps_received))
 
 
 # --- eval ------------------------------------------------------------------------------------
@@ -312,12 +312,12 @@ def _start_learner(cfg: Config, spec, ckpt: dict | None, path: str | None, lock:
     if not ready:
         st = learner.status()
         abort_learner(learner)
-        if stop is not None and stop.is_set() and st.get("learner_alive", True):
+        if stop is not None and stop.is_set() and st.learner_alive:
             raise _interrupted("the learner was starting")
-        err = st.get("start_error") or st.get("last_error") or f"the learner did not start in {READY_TIMEOUT_S:g} s"
-        if st.get("start_error_kind") == "config":
+        err = st.start_error or st.last_error or f"the learner did not start in {READY_TIMEOUT_S:g} s"
+        if st.start_error_kind == "config":
             raise ConfigError(f"{err}. Nothing in {cfg.weights_dir!r} was changed.")
-        if cfg.learner == "process" and not st.get("start_error") and learner.proc.exitcode == 1:
+        if cfg.learner == "process" and not st.start_error and learner.proc.exitcode == 1:
             # The child failed before it said anything.  Under spawn it imports the main module again: a
             # script without the main guard runs its game (and this Agent) a second time in the child.
             err = ("the learner process exited with code 1 before it started. If the script makes this Agent at "

@@ -37,6 +37,7 @@ from multiprocessing.connection import Connection
 
 from sacbot.wire.boundary import LearnerLink, LearnerSpec, not_confirmed
 from sacbot.wire.messages import MessageError, Shutdown, decode_batch, encode_batch, pack, unpack
+from sacbot.wire.status import LearnerStatus
 
 log = logging.getLogger("sacbot")
 SNAPSHOT_PERIOD_S = 0.02  # 50 weight updates a second reach acting; each is ~10-100 KB of msgpack
@@ -108,13 +109,13 @@ class ProcessLearner(LearnerLink):
     def _dead(self) -> None:
         """The child is gone without its closing word (killed, crashed): say so in the status."""
         code = self._child.exitcode(5.0)
-        if not self._status.get("closed"):
+        if not self._status.closed:
             why = (f"the learner process exited with code {code}; acting goes on with the "
                    "last weights, and nothing more is learned or saved")
             self.push_status({"learner_alive": False, "learner_error": why, "last_error": why})
 
     # --- the rest of the boundary --------------------------------------------------------------
-    def close(self, acting_rng: str | None = None, timeout: float = 60.0) -> dict:
+    def close(self, acting_rng: str | None = None, timeout: float = 60.0) -> LearnerStatus:
         """Shutdown, the child's final save and its exit, all within ``timeout`` s.  A child that
         has not finished by then (stopped, stuck on a slow disk) is killed: the bot exits on time
         and its directory is free for the next start, which goes on from the last confirmed save."""
@@ -139,12 +140,12 @@ class ProcessLearner(LearnerLink):
             self.push_status({"learner_alive": False, "closed": True, "final_save": late})
             code = self._stop_child()
         self._end_threads(5.0)
-        st = dict(self.status())
+        st = self.status()
         if late is not None:
-            st["final_save"] = late
-        elif "final_save" not in st:
-            st["final_save"] = {"ok": False, "error": f"the learner process exited with code {code} "
-                                                      "before reporting its final save"}
+            return st.but(final_save=late)
+        if st.final_save is None:
+            return st.but(final_save={"ok": False, "error": f"the learner process exited with code {code} "
+                                                            "before reporting its final save"})
         return st
 
     def abort(self, timeout: float) -> bool:
@@ -266,7 +267,9 @@ class _ChildPipes:
         self._send(["snap", self._version, self._pending])
         self._pending, self._last_sent = None, time.monotonic()
 
-    def push_status(self, status: dict) -> None:
+    def push_status(self, status: LearnerStatus | dict) -> None:
+        """Over the pipe as plain data; the parent lays it over its record (LearnerLink.push_status)."""
+        status = status.to_dict() if isinstance(status, LearnerStatus) else status
         if status.get("closed"):
             self._flush(wait=True)  # the last actor before the last word
         self._send(["status", status])

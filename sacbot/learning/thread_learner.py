@@ -18,6 +18,7 @@ import time
 from sacbot.learning.training import LearnerLoop, LearnerSpec
 from sacbot.wire.boundary import LearnerLink, not_confirmed
 from sacbot.wire.messages import Shutdown
+from sacbot.wire.status import LearnerStatus
 
 log = logging.getLogger("sacbot")
 
@@ -32,7 +33,7 @@ class ThreadLearner(LearnerLink):
         self._thread = threading.Thread(target=self.loop.run, name="sacbot-training", daemon=True)
         self._thread.start()
 
-    def close(self, acting_rng: str | None = None, timeout: float = 60.0) -> dict:
+    def close(self, acting_rng: str | None = None, timeout: float = 60.0) -> LearnerStatus:
         """Shutdown, the final save, the thread joined: all within ``timeout`` s."""
         deadline = time.monotonic() + timeout
         # Shutdown goes through the same queue as the data (a reserved place), so the learner
@@ -45,8 +46,8 @@ class ThreadLearner(LearnerLink):
             log.error("the training thread did not finish the final save within the %g s deadline; "
                       "final save not confirmed", timeout)
             self._stop.set()
-            return {**self.status(), "learner_alive": True,
-                    "final_save": not_confirmed(timeout, "the training thread did not finish in time")}
+            return self.status().but(learner_alive=True,
+                                     final_save=not_confirmed(timeout, "the training thread did not finish in time"))
         return self.status()
 
     def abort(self, timeout: float) -> bool:

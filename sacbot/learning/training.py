@@ -41,6 +41,7 @@ from sacbot.store.files import append_jsonl
 from sacbot.wire.boundary import LearnerSpec
 from sacbot.wire.channels import SaveSlot
 from sacbot.wire.messages import NewEpisode, Shutdown, Transition, Transitions
+from sacbot.wire.status import LearnerStatus
 
 log = logging.getLogger("sacbot")
 
@@ -247,13 +248,13 @@ class _Either:
 
 class LearnerLoop:
     """Owns the learner, the replay and the I/O thread.  ``inbox`` has ``recv(timeout)`` and
-    ``drain()``; ``publish(arrays) -> version`` and ``push_status(dict)`` carry results out.
+    ``drain()``; ``publish(arrays) -> version`` and ``push_status(LearnerStatus)`` carry results out.
     Errors are caught at the top: recorded in status, logged with the traceback, and in the
     metrics.  After an error the loop trains no more but still answers Shutdown with the final
     save, unless the learner's state is not finite (then the last good checkpoint stays)."""
 
     def __init__(self, spec: LearnerSpec, checkpoint: dict | None, inbox, publish: Callable[[dict], int],
-                 push_status: Callable[[dict], None], stop: threading.Event):
+                 push_status: Callable[[LearnerStatus], None], stop: threading.Event):
         self.spec, self.checkpoint, self.inbox = spec, checkpoint, inbox
         self.publish, self.push_status, self.stop = publish, push_status, stop
         self.state: TrainingState | None = None
@@ -294,8 +295,8 @@ class LearnerLoop:
             if self.io is not None:
                 self.io.stop(10.0)
             self.final_save = {"ok": False, "error": "the learner never started"}
-            self.push_status({**self.status(), "learner_alive": False, "start_error": self.error,
-                              "start_error_kind": "config" if config else "other", "closed": True})
+            self.push_status(self.status().but(learner_alive=False, start_error=self.error,
+                                               start_error_kind="config" if config else "other", closed=True))
             return False
         self.push_status(self.status())
         return True
@@ -325,21 +326,19 @@ class LearnerLoop:
         check_finite(actor, "actor snapshot")  # acting keeps the last good weights
         self.version = self.publish(actor)
 
-    def status(self) -> dict:
-        """The plain status the acting side shows; computed here, from the learner's objects."""
-        st: dict = {"learner_alive": self.error is None, "learner_error": self.error, "processed": self.processed,
-                    "learner_pid": os.getpid(),
-                    "policy_version_published": self.version, "last_error": self.error or self.last_save_error,
-                    "last_save": self.last_save, "saves": self.saves, "save_errors": self.save_errors,
-                    "torch_threads": self.torch_threads, "learner_nice": self.nice,
-                    "grad_steps_per_s": round(self.steps_per_s, 2)}
+    def status(self) -> LearnerStatus:
+        """The status the acting side shows; computed here, from the learner's objects."""
+        st = LearnerStatus(learner_alive=self.error is None, learner_error=self.error, processed=self.processed,
+                           learner_pid=os.getpid(), policy_version_published=self.version,
+                           last_error=self.error or self.last_save_error, last_save=self.last_save,
+                           saves=self.saves, save_errors=self.save_errors, torch_threads=self.torch_threads,
+                           learner_nice=self.nice, grad_steps_per_s=round(self.steps_per_s, 2),
+                           final_save=self.final_save)
         s = self.state
         if s is not None:
-            st.update(learner_steps=s.grad_steps, env_steps_received=s.env_steps, buffer_size=len(s.replay),
-                      quant_phase=s.learner.quant_phase, save_drops=s.save_offers_dropped,
-                      device=str(s.learner.device), losses=dict(s.losses))
-        if self.final_save is not None:
-            st["final_save"] = self.final_save
+            st = st.but(learner_steps=s.grad_steps, env_steps_received=s.env_steps, buffer_size=len(s.replay),
+                        quant_phase=s.learner.quant_phase, save_drops=s.save_offers_dropped,
+                        device=str(s.learner.device), losses=dict(s.losses))
         return st
 
     # --- the loop ------------------------------------------------------------------------------
@@ -491,7 +490,4 @@ class LearnerLoop:
             self._collect_io()
         if self.final_save is None:
             self.final_save = {"ok": False, "error": "the final save was not written"}
-        st = self.status()
-        st["learner_alive"] = False
-        st["closed"] = True
-        self.push_status(st)
+        self.push_status(self.status().but(learner_alive=False, closed=True))

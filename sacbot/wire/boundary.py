@@ -13,8 +13,9 @@ thread in this process (:mod:`sacbot.learning.thread_learner`), a child process
             params = policy.build_params(arrays)
         action = policy.act(params, obs, state)  # numpy; never waits on the learner
         learner.send([Transition(...)])          # never blocks: a full queue drops and counts
-        learner.status()                         # the plain dict the learner last pushed
+        learner.status()                         # the LearnerStatus the learner last pushed
     final = learner.close(acting_rng)            # Shutdown after the data: drain, final save, exit
+                                                 # (a LearnerStatus, with final_save)
 
 The contract:
 
@@ -23,8 +24,9 @@ The contract:
   ``drops()``; control messages (``NewEpisode``) have reserved room (see :class:`Channel`).
 * ``pull(version)`` returns ``(new_version, arrays)`` when the learner has published a newer
   actor, else None.  The arrays belong to the caller until its next pull.
-* ``status()`` returns the learner's last pushed status: counters, losses, device, errors.  It is
-  computed by the learner from its own objects; the acting side never touches them.
+* ``status()`` returns the learner's last pushed status, a :class:`sacbot.wire.status.LearnerStatus`
+  (counters, losses, device, errors).  It is computed by the learner from its own objects; the
+  acting side never touches them.
 * ``wait_processed(n, timeout, stop)`` blocks until the learner has trained on the first ``n``
   transitions (lockstep pace only; never called from a real-time loop), or until ``stop`` (a
   ``threading.Event``: the bot's stop request) is set: a close never waits for a slow learner.
@@ -56,6 +58,7 @@ from sacbot.config import Config
 from sacbot.wire.channels import Channel
 from sacbot.wire.messages import Message
 from sacbot.wire.snapshot import SnapshotReader, WeightSnapshot
+from sacbot.wire.status import LearnerStatus
 
 LEARNER_KINDS = ("thread", "process")
 
@@ -105,11 +108,11 @@ class LearnerSpec:
 class Learner(Protocol):
     def send(self, msgs: list[Message]) -> int: ...
     def pull(self, version: int) -> tuple[int, dict[str, np.ndarray]] | None: ...
-    def status(self) -> dict: ...
+    def status(self) -> LearnerStatus: ...
     def drops(self) -> dict[str, int]: ...
     def wait_processed(self, n: int, timeout: float, stop: threading.Event | None = None) -> bool: ...
     def wait_caught_up(self, sent: int, slack: int, timeout: float, stop: threading.Event | None = None) -> bool: ...
-    def close(self, acting_rng: str | None = None, timeout: float = 60.0) -> dict: ...
+    def close(self, acting_rng: str | None = None, timeout: float = 60.0) -> LearnerStatus: ...
     def abort(self, timeout: float) -> bool: ...
 
 
@@ -127,7 +130,7 @@ def not_confirmed(timeout: float, what: str) -> dict:
 class LearnerLink:
     """Acting side of a learner: outgoing queue, local snapshot, pushed status.
 
-    The learner side calls ``publish(arrays)`` and ``push_status(dict)`` (from its thread, or
+    The learner side calls ``publish(arrays)`` and ``push_status(status)`` (from its thread, or
     from the thread that reads a child process's pipe); the acting side calls ``send``,
     ``pull``, ``status`` and ``wait_processed``."""
 
@@ -135,17 +138,19 @@ class LearnerLink:
         self.outbox = Channel(queue_size)
         self.snapshot = WeightSnapshot()
         self._reader = SnapshotReader(self.snapshot)
-        self._status: dict = {"learner_alive": True, "processed": 0}
+        self._status = LearnerStatus()
         self._cond = threading.Condition()
 
     # --- learner side ---------------------------------------------------------------------
     def publish(self, arrays: dict[str, np.ndarray], version: int | None = None) -> int:
         return self.snapshot.publish(arrays, version)
 
-    def push_status(self, status: dict) -> None:
-        """Replace the status (a new dict each time: readers hold no lock while using it)."""
+    def push_status(self, status: LearnerStatus | dict) -> None:
+        """A LearnerStatus replaces the status; a dict (a host's partial word, or a record that
+        came over a pipe or Ray as plain data) is laid over it.  A new record each time: readers
+        hold no lock while using it."""
         with self._cond:
-            self._status = {**self._status, **status}
+            self._status = status if isinstance(status, LearnerStatus) else self._status.but(**status)
             self._cond.notify_all()
 
     # --- acting side ----------------------------------------------------------------------
@@ -163,7 +168,7 @@ class LearnerLink:
             return None
         return self._reader.version, self._reader.arrays
 
-    def status(self) -> dict:
+    def status(self) -> LearnerStatus:
         return self._status
 
     def drops(self) -> dict[str, int]:
@@ -172,12 +177,11 @@ class LearnerLink:
     def wait_ready(self, timeout: float, stop: threading.Event | None = None) -> bool:
         """Block until the learner has built itself and published its first actor (or failed);
         False if ``stop`` was set first."""
-        return self.wait_for(lambda st: self.snapshot.version > 0 or not st.get("learner_alive", True), timeout,
-                             stop)
+        return self.wait_for(lambda st: self.snapshot.version > 0 or not st.learner_alive, timeout, stop)
 
     def wait_for(self, predicate, timeout: float, stop: threading.Event | None = None) -> bool:
-        """Block until ``predicate(status)`` holds (a test's or a tool's synchronisation), at most
-        ``timeout`` s, and no longer than it takes to see ``stop`` set."""
+        """Block until ``predicate(status)`` holds for the LearnerStatus (a test's or a tool's
+        synchronisation), at most ``timeout`` s, and no longer than it takes to see ``stop`` set."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while not predicate(self._status):
@@ -190,8 +194,8 @@ class LearnerLink:
     def wait_processed(self, n: int, timeout: float, stop: threading.Event | None = None) -> bool:
         """Block until the learner reports ``processed >= n``; False if it died, time ran out or
         ``stop`` was set."""
-        return self.wait_for(lambda st: st.get("processed", 0) >= n or not st.get("learner_alive", True),
-                             timeout, stop) and self._status.get("processed", 0) >= n
+        return self.wait_for(lambda st: st.processed >= n or not st.learner_alive, timeout, stop) \
+            and self._status.processed >= n
 
     def wait_caught_up(self, sent: int, slack: int, timeout: float, stop: threading.Event | None = None) -> bool:
         """Block until at most ``slack`` of the ``sent`` transitions still wait for their updates

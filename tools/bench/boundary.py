@@ -119,14 +119,14 @@ def arm_act(learner: str, env: str, ticks: int, warmup: int, utd: float, hidden:
             obs, _ = e.reset()
             agent.new_episode("bench")
         if warm_left is None:
-            if agent.learner.status().get("learner_steps", 0) > 0:
+            if agent.learner.status().learner_steps > 0:
                 warm_left = warmup
             elif time.monotonic() > deadline:
                 raise SystemExit(f"learning did not start within {limit_s} s")
         elif warm_left > 0:
             warm_left -= 1
             if warm_left == 0:
-                steps0, t_meas = agent.learner.status().get("learner_steps", 0), time.perf_counter()
+                steps0, t_meas = agent.learner.status().learner_steps, time.perf_counter()
     wall = time.perf_counter() - t_meas
     st = agent.learner.status()
     steps = st.get("learner_steps", 0) - steps0
@@ -206,7 +206,7 @@ def arm_steps(learner: str, env: str, chunk: int, chunks: int, warm_chunks: int,
         assert link.send(msgs) == len(msgs), "the queue dropped a message"
         sent += n
         if not link.wait_processed(sent, timeout=600.0):
-            raise SystemExit(f"the learner did not process {sent} transitions: {link.status().get('last_error')}")
+            raise SystemExit(f"the learner did not process {sent} transitions: {link.status().last_error}")
 
     for _ in range(0, prefill, 100):
         feed(min(100, prefill - sent))
@@ -218,9 +218,9 @@ def arm_steps(learner: str, env: str, chunk: int, chunks: int, warm_chunks: int,
     t0 = time.perf_counter()
     for _ in range(chunks):
         feed(chunk)
-        per_pass.append(link.status().get("grad_steps_per_s", 0.0))
+        per_pass.append(link.status().grad_steps_per_s)
     wall = time.perf_counter() - t0
-    steps = link.status().get("learner_steps", 0) - steps0
+    steps = link.status().learner_steps - steps0
     agent.close()
     shutil.rmtree(tmp, ignore_errors=True)
     return {"learner": learner, "grad_steps": int(steps), "wall_s": round(wall, 3),
