@@ -28,11 +28,28 @@ SACBOT = [sys.executable, "-m", "sacbot"]
 # A process joining the local instance must take 127.0.0.1 as the node address too (sacbot cluster
 # sets this for itself), and present the instance's token.
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token"}
+# It samples windows inside the learner actor as training does (Ray's __ray_call__ runs a function
+# on the actor), and prints the sources of each window's valid steps.
 JOIN_AND_SAMPLE = """
 import json, sys, ray
+
+
+def sample_sources(server, n):
+    import numpy as np
+
+    state = server.loop.state
+    if state is None:
+        return []
+    cfg, rng, out = state.cfg, np.random.default_rng(0), []
+    for _ in range(max(1, n // cfg.batch_size)):
+        idx = state.replay.sample_indices(cfg.batch_size, cfg.seq_len, rng, cfg.burn_in)
+        out += [sorted({int(state.replay.source[i]) for i in row if i >= 0}) for row in idx]
+    return out
+
+
 ray.init(address=sys.argv[1], namespace="sacbot", log_to_driver=False)
 learner = ray.get_actor("sacbot-learner", namespace="sacbot")
-print(json.dumps(ray.get(learner.sample_sources.remote(256), timeout=60)))
+print(json.dumps(ray.get(learner.__ray_call__.remote(sample_sources, 256), timeout=60)))
 """
 
 

@@ -260,21 +260,6 @@ class LearnerServer:
         self.lock.close()
         return self.status()
 
-    def sample_sources(self, n: int = 256) -> list[list[int]]:
-        """For tests: the sources of every valid step of ``n`` windows sampled as training does."""
-        import numpy as np
-
-        state = self.loop.state
-        if state is None or not hasattr(state.replay, "source"):
-            return []
-        cfg = state.cfg
-        rng = np.random.default_rng(0)
-        out = []
-        for _ in range(max(1, n // cfg.batch_size)):
-            idx = state.replay.sample_indices(cfg.batch_size, cfg.seq_len, rng, cfg.burn_in)
-            out += [sorted({int(state.replay.source[i]) for i in row if i >= 0}) for row in idx]
-        return out
-
     def pid(self) -> int:
         return os.getpid()
 
