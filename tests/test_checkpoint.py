@@ -24,7 +24,6 @@ from sacbot.config import Config
 from sacbot.learning.replay import CHUNK_MIN_ROWS as C  # rows per replay chunk at the capacities used here
 from sacbot.learning.training import TrainingState, handle_message, train_pass
 from sacbot.store import checkpoint as ck
-from sacbot.store.lock import WriterLock
 from sacbot.wire.messages import make_transition, pack
 
 
@@ -481,56 +480,6 @@ def _valid_loaded():
                 fh.write(_valid_bytes())
             _VALID_LOADED = ck.read_checkpoint(p)
     return _VALID_LOADED
-
-
-def test_export_bot_drops_the_replay_and_keeps_a_loadable_checkpoint(tmp_path):
-    import subprocess
-    import sys
-    st = trained_state(tmp_path)
-    ck.write_checkpoint(str(tmp_path / "w"), st.payload(True), config=st.cfg.to_dict(),
-                        spaces={"obs_dim": 3, "act_dim": 1})
-    tool = os.path.join(os.path.dirname(__file__), "..", "tools", "export_bot.py")
-    dst = tmp_path / "ship" / "bot.zip"
-    r = subprocess.run([sys.executable, tool, str(tmp_path / "w" / ck.LATEST), str(dst)],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    c = ck.read_checkpoint(str(dst))
-    assert not any(n.startswith("replay") for n in c["manifest"]["entries"])
-    assert c["manifest"]["config"]["hidden"] == 8 and "replay" not in c["meta"]
-    other = TrainingState.fresh(st.cfg, 3, 1)
-    other.load_payload(c["arrays"], c["meta"])
-    a, _ = st.learner.state()
-    b, _ = other.learner.state()
-    assert all(np.array_equal(a[k], b[k]) for k in a) and len(other.replay) == 0
-    bad = subprocess.run([sys.executable, tool, str(tmp_path / "nope.zip"), str(tmp_path / "other.zip")],
-                         capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 1 and "nope.zip" in bad.stderr
-    # An existing DST is another bot: refused without --force (it was replaced silently), and
-    # never while a sacbot run holds its directory, --force or not.
-    src, shipped = str(tmp_path / "w" / ck.LATEST), dst.read_bytes()
-    again = subprocess.run([sys.executable, tool, src, str(dst)], capture_output=True, text=True, timeout=60)
-    assert again.returncode == 2 and "exists; pass --force" in again.stderr and dst.read_bytes() == shipped
-    into_dir = subprocess.run([sys.executable, tool, src, str(dst.parent)], capture_output=True, text=True,
-                              timeout=60)
-    assert into_dir.returncode == 2 and "is a directory" in into_dir.stderr
-    beside = str(tmp_path / "w" / "small.zip")  # into a weights directory
-    live = WriterLock(str(tmp_path / "w")).acquire()
-    try:
-        held = subprocess.run([sys.executable, tool, src, beside, "--force"], capture_output=True, text=True,
-                              timeout=60)
-    finally:
-        live.close()
-    assert held.returncode == 1 and "in use by process" in held.stderr and "nothing was written" in held.stderr
-    assert not os.path.exists(beside)
-    # A bot exported over itself would lose its replay for good, --force or not (it did).
-    whole = open(src, "rb").read()
-    for same in (src, str(tmp_path / "w" / "." / ck.LATEST)):
-        over = subprocess.run([sys.executable, tool, src, same, "--force"], capture_output=True, text=True,
-                              timeout=60)
-        assert over.returncode == 2 and "the same file" in over.stderr and open(src, "rb").read() == whole
-    forced = subprocess.run([sys.executable, tool, src, str(dst), "--force"], capture_output=True, text=True,
-                            timeout=60)
-    assert forced.returncode == 0, forced.stderr  # another bot's file: replaced, as asked
 
 
 def test_the_newest_is_written_before_its_step_file_and_a_newer_step_file_is_refused_not_preferred(tmp_path):

@@ -10,7 +10,11 @@ Usage::
 
 It computes what the learner's fake-quant actor computes (sacbot/learning/quant.py): quantized
 linear layers multiply integer-valued float32 arrays, which is exact, then apply
-``s_x * s_w``; the LSTM sees the dequantized input and weights and keeps an fp32 state.
+``s_x * s_w``; the LSTM sees the dequantized input and weights and keeps an fp32 state.  Its
+cell is computed in float64 and rounded to float32 once: float32 sums in another order (another
+BLAS, an ONNX runtime) would round differently, and one ulp in ``h`` can move the next layer's
+quantized input a whole step; in float64 every faithful implementation rounds to the same
+state (``sacbot export``'s ONNX actor matches this policy to 1e-7 over whole episodes).
 Acting runs in numpy because torch on the acting thread, next to a training thread, showed
 p99 ~9 ms per call; numpy stays near 0.1 ms.
 """
@@ -34,9 +38,9 @@ class Linear(NamedTuple):
 
 
 class LSTMCell(NamedTuple):
-    w_ih: np.ndarray  # (4H, in) dequantized float32
-    w_hh: np.ndarray  # (4H, H)
-    b_ih: np.ndarray
+    w_ih: np.ndarray  # (4H, in) dequantized, float64 (the cell is computed in float64)
+    w_hh: np.ndarray  # (4H, H) float64
+    b_ih: np.ndarray  # float64
     b_hh: np.ndarray
     x_scale: np.float32 | None
     x_lo: float
@@ -90,8 +94,9 @@ def build_params(arrays: dict[str, np.ndarray]) -> ActorParams:
     Done once per published version, outside the snapshot lock."""
     obs_dim, act_dim, hidden, _ = (int(v) for v in arrays["meta.sizes"])
     sx, lo, hi = _input_quant(arrays, "lstm")
-    lstm = LSTMCell(_dequant(arrays, "lstm.w_ih"), _dequant(arrays, "lstm.w_hh"),
-                    _f32(arrays["lstm.b_ih"]), _f32(arrays["lstm.b_hh"]), sx, lo, hi)
+    lstm = LSTMCell(*(a.astype(np.float64) for a in (_dequant(arrays, "lstm.w_ih"), _dequant(arrays, "lstm.w_hh"),
+                                                     _f32(arrays["lstm.b_ih"]), _f32(arrays["lstm.b_hh"]))),
+                    sx, lo, hi)
     fc1 = _linear(arrays, "fc1")
     n_obs = fc1.w.shape[1] - act_dim  # fc1 reads [the actor's observation, the previous action]
     if not 0 < n_obs <= obs_dim:
@@ -122,10 +127,11 @@ def mean_and_log_std(params: ActorParams, obs: np.ndarray, state: PolicyState):
     cell = params.lstm
     if cell.x_scale is not None:
         z = np.rint(np.clip(z / cell.x_scale, cell.x_lo, cell.x_hi)) * cell.x_scale
-    gates = (cell.w_ih @ z + cell.b_ih) + (cell.w_hh @ state.h + cell.b_hh)
+    gates = (cell.w_ih @ z.astype(np.float64) + cell.b_ih) + (cell.w_hh @ state.h.astype(np.float64) + cell.b_hh)
     i, f, g, o = np.split(gates, 4)
-    c = _sigmoid(f) * state.c + _sigmoid(i) * np.tanh(g)
-    h = _sigmoid(o) * np.tanh(c)
+    c64 = _sigmoid(f) * state.c + _sigmoid(i) * np.tanh(g)
+    h = (_sigmoid(o) * np.tanh(c64)).astype(np.float32)
+    c = c64.astype(np.float32)
     y = np.maximum(_apply(params.fc2, h), 0.0)
     out = _apply(params.head, y)
     mu, raw = out[: params.act_dim], out[params.act_dim:]

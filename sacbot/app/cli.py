@@ -76,6 +76,17 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (--run-dir of sacbot run)")
     sp.add_argument("--out", metavar="FILE", help="the PNG to write (default RUN_DIR/plots/overview.png; "
                                                   "needed for several runs)")
+    sp = sub.add_parser("export", help="the actor as ONNX, safetensors and JSON, for a game that loads it itself "
+                                       "(needs the export extra)",
+                        description="Write CHECKPOINT's actor into OUT_DIR: actor.onnx (sacbot's policy exactly, "
+                                    "the recurrent state as inputs and outputs), actor_int8.onnx (int8 weights "
+                                    "through QuantizeLinear and MatMulInteger), actor.safetensors and actor.json "
+                                    "(spaces, sizes, action scaling). docs/export.md shows a game loading them.")
+    sp.add_argument("checkpoint", metavar="CHECKPOINT", help="the checkpoint zip, e.g. weights/sac_latest.zip")
+    sp.add_argument("out_dir", metavar="OUT_DIR", help="the directory to write (made if missing)")
+    sp.add_argument("--zip", action="store_true", help="also OUT_DIR/bot.zip: the checkpoint without its replay "
+                                                       "buffer, a small file that evaluates and trains on")
+    sp.add_argument("--force", action="store_true", help="replace the files an earlier export wrote in OUT_DIR")
     sp = sub.add_parser("render", help="a GIF of one episode played by a checkpoint (needs the plot extra)",
                         description="Play one episode with a checkpoint's deployed actor, deterministically, in "
                                     "the env it trained in (or --env), and write its frames as a GIF. The env "
@@ -295,6 +306,23 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from sacbot.app.export import ExportArgs, ExportError, export
+
+    try:
+        print(export(ExportArgs(args.checkpoint, args.out_dir, force=args.force, zip=args.zip)))
+    except ValueError as e:
+        log.error(f"export: {e}")
+        return 2
+    except ImportError as e:
+        log.error(f"export: {e.name or e} is not installed; install the export extra: pip install 'sacbot[export]'")
+        return 2
+    except ExportError as e:
+        log.error(f"export: {e}")
+        return 1
+    return 0
+
+
 def cmd_render(args) -> int:
     from sacbot.app.render import RenderArgs, RenderError, render
 
@@ -356,6 +384,8 @@ def _main(argv: list[str]) -> int:
             return cmd_plot(args)
         if args.cmd == "render":
             return cmd_render(args)
+        if args.cmd == "export":
+            return cmd_export(args)
         return cmd_status(args)
     except ConfigError as e:
         log.error(f"configuration error: {e}")
