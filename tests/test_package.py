@@ -133,3 +133,41 @@ def test_a_wheel_in_a_fresh_venv_evaluates_the_pretrained_bot_from_an_empty_dire
         assert os.listdir(empty) == ["runs"] or sorted(os.listdir(empty)) == ["runs"], os.listdir(empty)
     finally:
         shutil.rmtree(venv, ignore_errors=True)  # ~0.9 GB: pytest keeps the last three tmp dirs
+
+
+# The public API: what the README, docs/ and the modules' usage examples tell a user to call.
+PUBLIC = {
+    "sacbot": None,  # its __all__
+    "sacbot.acting.policy": ["ActorParams", "PolicyState", "Linear", "LSTMCell", "build_params", "initial_state",
+                             "act", "mean_and_log_std"],
+    "sacbot.wire.status": ["LearnerStatus"],
+    "sacbot.wire.boundary": ["Learner", "LearnerLink", "LearnerSpec", "Start"],
+    "sacbot.serve.client": ["SacbotClient", "ServerError"],
+    "sacbot.store.checkpoint": ["read_checkpoint", "write_checkpoint", "load_latest", "load_actor", "CheckpointError"],
+    "sacbot.envs.pomdp": ["Flicker", "KeepObservationIndices"],
+}
+
+
+def test_every_public_class_function_and_method_has_a_docstring():
+    import importlib
+    import inspect
+
+    missing = []
+    for modname, names in PUBLIC.items():
+        mod = importlib.import_module(modname)
+        for name in names if names is not None else [n for n in mod.__all__ if not n.startswith("__")]:
+            obj = getattr(mod, name)
+            # A class's own docstring: not a base's, nor the signature dataclasses write in its place.
+            doc = vars(obj).get("__doc__") if inspect.isclass(obj) else inspect.getdoc(obj)
+            if not doc or doc.startswith(f"{name}("):
+                missing.append(f"{modname}.{name}")
+            if inspect.isclass(obj):
+                fields = getattr(obj, "__dataclass_fields__", {})
+                for attr, member in vars(obj).items():
+                    fn = member.fget if isinstance(member, property) else member
+                    if attr.startswith("_") or attr in fields or not (
+                            inspect.isfunction(fn) or isinstance(member, classmethod)):
+                        continue
+                    if not inspect.getdoc(member.__func__ if isinstance(member, classmethod) else fn):
+                        missing.append(f"{modname}.{name}.{attr}")
+    assert not missing, f"public names without a docstring: {missing}"

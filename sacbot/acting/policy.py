@@ -29,6 +29,9 @@ from sacbot.wire.snapshot import LOG_STD_MAX, LOG_STD_MIN
 
 
 class Linear(NamedTuple):
+    """One linear layer ready to run: weights, bias and, when quantized, its input's scale and
+    integer range and the per-output rescale ``s_x * s_w``."""
+
     w: np.ndarray  # (out, in) float32; integer-valued when quantized
     b: np.ndarray  # (out,)
     x_scale: np.float32 | None  # None: fp32 layer
@@ -38,6 +41,8 @@ class Linear(NamedTuple):
 
 
 class LSTMCell(NamedTuple):
+    """The LSTM cell's dequantized weights (float64) and its input's quantization, if any."""
+
     w_ih: np.ndarray  # (4H, in) dequantized, float64 (the cell is computed in float64)
     w_hh: np.ndarray  # (4H, H) float64
     b_ih: np.ndarray  # float64
@@ -48,6 +53,8 @@ class LSTMCell(NamedTuple):
 
 
 class ActorParams(NamedTuple):
+    """Everything one actor step needs, built once per published version by ``build_params``."""
+
     obs_dim: int  # the observation's size; the actor reads its first n_obs values
     act_dim: int
     hidden: int
@@ -59,6 +66,8 @@ class ActorParams(NamedTuple):
 
 
 class PolicyState(NamedTuple):
+    """What the actor carries from tick to tick: the LSTM's ``h`` and ``c``, and the previous action."""
+
     h: np.ndarray
     c: np.ndarray
     prev_act: np.ndarray
@@ -105,6 +114,7 @@ def build_params(arrays: dict[str, np.ndarray]) -> ActorParams:
 
 
 def initial_state(params: ActorParams) -> PolicyState:
+    """The state at an episode's start: zeros."""
     z = np.zeros(params.hidden, np.float32)
     return PolicyState(z, z.copy(), np.zeros(params.act_dim, np.float32))
 

@@ -56,6 +56,17 @@ def _f(default, doc: str, *, choices: tuple | None = None, min: float | None = N
 
 @dataclass(frozen=True)
 class Config:
+    """Every setting of a bot, one field each.  The same field is a ``--flag`` (dashes for
+    underscores), a ``SACBOT_<NAME>`` variable and a TOML key; ``load_config`` resolves them in
+    that order over the env's preset and the defaults, and checks every value.
+
+        cfg = load_config()                                   # flags, SACBOT_*, --config TOML, defaults
+        cfg = Config(env="Pendulum-v1", hidden=32)            # in code: checked the same way
+        agent = Agent(cfg, obs_space, action_space)
+
+    Frozen: change a copy with ``dataclasses.replace(cfg, seed=3)``.  docs/reference.md lists
+    every field with its flag, variable, default and range."""
+
     # --- environment and run -------------------------------------------------------
     env: str = _f("sacbot/TankDuel-v0", "Gymnasium env id to play (Box action space), e.g. Pendulum-v1; or "
                                         "module:EnvId (the module registers it) or module:ClassName (a "
@@ -257,6 +268,8 @@ class Config:
             or os.path.basename(os.path.dirname(path)).lower() == "pretrained"
 
     def env_kwargs_dict(self) -> dict:
+        """``env_kwargs`` as the dict passed to the env; ConfigError naming it if it is not a
+        JSON object (or sets render_mode, which sacbot never uses to play)."""
         if not self.env_kwargs.strip():
             return {}
         shown = repr(self.env_kwargs) if len(self.env_kwargs) <= 300 else \
@@ -273,6 +286,7 @@ class Config:
         return d
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field as plain data: what a checkpoint's manifest and RUN_DIR/config.toml hold."""
         return dataclasses.asdict(self)
 
     # --- where files go ----------------------------------------------------------------
@@ -304,6 +318,7 @@ class Config:
 
     @property
     def latest_path(self) -> str:
+        """The newest checkpoint's path, in either layout."""
         return os.path.join(self.weights_dir, self.latest_name)
 
     @property
@@ -315,6 +330,7 @@ class Config:
 
     @property
     def round_counter_path(self) -> str:
+        """The round counter's path: one per bot, even for bots sharing a folder."""
         return os.path.join(self.weights_dir, self._own_prefix + "round_counter.txt")
 
     @property

@@ -102,18 +102,44 @@ class LearnerSpec:
     latest_name: str = "sac_latest.zip"
 
     def cfg(self) -> Config:
+        """The Config these plain settings came from."""
         return Config(**self.config)
 
 
 class Learner(Protocol):
-    def send(self, msgs: list[Message]) -> int: ...
-    def pull(self, version: int) -> tuple[int, dict[str, np.ndarray]] | None: ...
-    def status(self) -> LearnerStatus: ...
-    def drops(self) -> dict[str, int]: ...
-    def wait_processed(self, n: int, timeout: float, stop: threading.Event | None = None) -> bool: ...
-    def wait_caught_up(self, sent: int, slack: int, timeout: float, stop: threading.Event | None = None) -> bool: ...
-    def close(self, acting_rng: str | None = None, timeout: float = 60.0) -> LearnerStatus: ...
-    def abort(self, timeout: float) -> bool: ...
+    """What the acting side holds of its learner: the contract in this module's docstring."""
+
+    def send(self, msgs: list[Message]) -> int:
+        """Queue messages for the learner; never blocks.  How many got a place (the rest are counted drops)."""
+        ...
+
+    def pull(self, version: int) -> tuple[int, dict[str, np.ndarray]] | None:
+        """``(new_version, actor arrays)`` if the learner published a newer actor than ``version``, else None."""
+        ...
+
+    def status(self) -> LearnerStatus:
+        """The status the learner last pushed."""
+        ...
+
+    def drops(self) -> dict[str, int]:
+        """Messages dropped by a full queue, by kind."""
+        ...
+
+    def wait_processed(self, n: int, timeout: float, stop: threading.Event | None = None) -> bool:
+        """Block until the learner has trained on the first ``n`` transitions (lockstep)."""
+        ...
+
+    def wait_caught_up(self, sent: int, slack: int, timeout: float, stop: threading.Event | None = None) -> bool:
+        """Block until at most ``slack`` of the ``sent`` transitions wait for their updates (the learner pace)."""
+        ...
+
+    def close(self, acting_rng: str | None = None, timeout: float = 60.0) -> LearnerStatus:
+        """Shutdown after the data: drain, final save, exit, within ``timeout``; the last status."""
+        ...
+
+    def abort(self, timeout: float) -> bool:
+        """End without a final save (the bot failed to start); True once it is gone."""
+        ...
 
 
 # How often a wait that a stop request may end looks at it.  A signal handler that sets the stop
@@ -143,6 +169,7 @@ class LearnerLink:
 
     # --- learner side ---------------------------------------------------------------------
     def publish(self, arrays: dict[str, np.ndarray], version: int | None = None) -> int:
+        """Make a new actor the one the acting side pulls next; its version."""
         return self.snapshot.publish(arrays, version)
 
     def push_status(self, status: LearnerStatus | dict) -> None:
@@ -155,6 +182,7 @@ class LearnerLink:
 
     # --- acting side ----------------------------------------------------------------------
     def send(self, msgs: list[Message]) -> int:
+        """Queue messages for the learner; never blocks.  How many got a place."""
         ok = 0
         for m in msgs:
             if self.outbox.send(m):
@@ -162,6 +190,7 @@ class LearnerLink:
         return ok
 
     def pull(self, version: int) -> tuple[int, dict[str, np.ndarray]] | None:
+        """``(new_version, arrays)`` if a newer actor than ``version`` was published, else None."""
         if self.snapshot.version == version:
             return None  # the common case: an int compare, no lock
         if not self._reader.pull():
@@ -169,9 +198,11 @@ class LearnerLink:
         return self._reader.version, self._reader.arrays
 
     def status(self) -> LearnerStatus:
+        """The status the learner last pushed (a frozen record: no lock is held while it is read)."""
         return self._status
 
     def drops(self) -> dict[str, int]:
+        """Messages the full queue dropped, by kind."""
         return self.outbox.drops
 
     def wait_ready(self, timeout: float, stop: threading.Event | None = None) -> bool:

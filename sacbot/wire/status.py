@@ -20,6 +20,9 @@ from typing import Any
 
 @dataclass(frozen=True)
 class LearnerStatus:
+    """A learner's word on itself, computed from its own objects; frozen: ``but()`` makes a
+    changed copy.  The fields' comments say what each means."""
+
     learner_alive: bool = True  # False: failed to start, died, or closed
     learner_error: str | None = None  # why it died (its training failed); None while well
     processed: int = 0  # transitions whose pass has completed (the learner and lockstep paces)
@@ -52,6 +55,7 @@ class LearnerStatus:
 
     @classmethod
     def from_dict(cls, d: dict) -> LearnerStatus:
+        """The record ``to_dict()`` gave (from a pipe or Ray); unknown keys go into ``extra``."""
         return cls().but(**d)
 
     def but(self, **changes: Any) -> LearnerStatus:
