@@ -26,7 +26,7 @@ import pytest
 from conftest import break_learner
 from helpers import StderrWatcher, dir_digests, wait_until
 
-from sacbot.config import Config
+from sacbot.config import Config, ConfigError
 from sacbot.serve import PROTOCOL_VERSION
 from sacbot.serve.client import SacbotClient, ServerError
 from sacbot.serve.protocol import FrameReader, decode_body, encode_frame
@@ -195,6 +195,54 @@ def test_two_games_at_once_each_bot_with_its_own_learner_process(tmp_path):
     for name in ("left", "right"):
         meta = ck.read_checkpoint(str(tmp_path / "root" / name / "weights" / "sac_latest.zip"))["meta"]
         assert meta["env_steps"] == 12
+
+
+@pytest.mark.timeout(120)
+def test_a_shared_learner_trains_one_bot_on_every_games_experience_and_saves_it_once(tmp_path):
+    root = tmp_path / "root"
+    with serving(tmp_path, shared_learner=True, cfg={"learning_starts": 8}) as server:
+        games = [client(server, name) for name in ("left", "right")]
+        for c in games:
+            c.connect()
+        for k, c in enumerate(games):
+            play(c, 30, seed=k)
+        # Every game's transitions reach the one learner; each bot keeps its own run directory.
+        wait_until(lambda: (server.status()["shared_learner"] or {}).get("env_steps_received") == 60, 30,
+                   "the shared learner to take in both games' 60 transitions")
+        st = server.status()
+        assert st["shared_learner"]["sources"] == {"left": 0, "right": 1}
+        assert {st["bots"][n]["learner_pid"] for n in ("left", "right")} == {os.getpid()}
+        # Another game's spaces are refused: the shared learner learns the first bot's.
+        other = client(server, "wide", obs={"shape": [4], "low": -1.0, "high": 1.0})
+        with pytest.raises(ServerError) as e:
+            other.connect()
+        assert e.value.code == "spaces_mismatch" and "shared learner learns obs" in str(e.value)
+        for c in games:
+            c.close()
+    assert server.code == 0
+    saved = ck.read_checkpoint(str(root / "_shared" / "weights" / "sac_latest.zip"))
+    assert saved["meta"]["env_steps"] == 60 and saved["meta"]["grad_steps"] > 0
+    assert not (root / "left" / "weights" / "sac_latest.zip").exists()  # no bot saves a learner of its own
+    assert (root / "left" / "run" / "episodes.jsonl").exists() and (root / "right" / "run" / "episodes.jsonl").exists()
+    # A restarted server resumes the shared bot, and a returning game keeps its source.
+    with serving(tmp_path, shared_learner=True, cfg={"learning_starts": 8}) as server:
+        c = client(server, "right")
+        c.connect()
+        play(c, 5)
+        assert server.status()["shared_learner"]["sources"]["right"] == 1
+        c.close()
+    assert ck.read_checkpoint(str(root / "_shared" / "weights" / "sac_latest.zip"))["meta"]["env_steps"] == 65
+
+
+def test_a_shared_learner_refuses_lockstep_and_a_learner_process(tmp_path):
+    from sacbot.app.cli import _parser
+    from sacbot.serve.command import serve_config
+
+    for extra, says in ((["--pace", "lockstep"], "pace = 'lockstep' is not accepted with --shared-learner"),
+                        (["--learner", "process"], "learner = 'process' is not accepted with --shared-learner")):
+        args = _parser().parse_args(["serve", "--shared-learner", *extra])
+        with pytest.raises(ConfigError, match=says):
+            serve_config(args, env={})
 
 
 @pytest.mark.timeout(120)

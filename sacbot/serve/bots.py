@@ -36,11 +36,14 @@ class _BotLog(logging.LoggerAdapter):
         return f"bot {self.extra['bot']}: {msg}", kwargs
 
 
-def bot_config(cfg: Config, root: str, name: str) -> Config:
+def bot_config(cfg: Config, root: str, name: str, shared: bool = False) -> Config:
     """The server's Config for bot ``name``: its own directories, and a seed of its own (bots of one
-    server would otherwise start with the same weights and draw the same exploration noise)."""
-    return dataclasses.replace(cfg, weights_path=os.path.join(root, name, "weights"),
-                               run_dir=os.path.join(root, name, "run"), quiet=True,
+    server would otherwise start with the same weights and draw the same exploration noise).  An
+    eval on a shared learner plays the shared bot (ROOT/_shared/weights)."""
+    from sacbot.serve.shared import SHARED_DIR
+
+    weights = os.path.join(root, SHARED_DIR if shared and cfg.eval_mode else name, "weights")
+    return dataclasses.replace(cfg, weights_path=weights, run_dir=os.path.join(root, name, "run"), quiet=True,
                                seed=(cfg.seed + zlib.crc32(name.encode())) % (MAX_SEED + 1))
 
 
@@ -78,8 +81,10 @@ class Bot:
 
 
 class BotRegistry:
-    def __init__(self, cfg: Config, root: str, stop: threading.Event, max_bots: int = 32):
-        self.cfg, self.root, self.stop, self.max_bots = cfg, root, stop, max_bots
+    def __init__(self, cfg: Config, root: str, stop: threading.Event, max_bots: int = 32, shared=None):
+        """``shared``: a :class:`sacbot.serve.shared.SharedLearner` every bot feeds (``--shared-learner``);
+        None: each bot has a learner of its own."""
+        self.cfg, self.root, self.stop, self.max_bots, self.shared = cfg, root, stop, max_bots, shared
         self._bots: dict[str, Bot] = {}
         self._lock = threading.Lock()
         self.learner_failures = 0
@@ -112,7 +117,8 @@ class BotRegistry:
                     raise ProtocolError("too_many_bots", f"this server holds {len(self._bots)} bots, its limit "
                                                          f"(--max-bots {self.max_bots}); expected the name of a "
                                                          "bot it holds, or a server with room")
-                bot = Bot(hello.bot, hello.obs, hello.action, bot_config(self.cfg, self.root, hello.bot))
+                bot = Bot(hello.bot, hello.obs, hello.action, bot_config(self.cfg, self.root, hello.bot,
+                                                                         shared=self.shared is not None))
                 self._bots[hello.bot] = bot
                 new = True
             else:
@@ -140,9 +146,13 @@ class BotRegistry:
                                                    "evaluate; expected a bot this server (without --eval) has "
                                                    "trained, or another name")
 
+        # A shared learner's handle for this bot (the learner starts with the first bot); else the
+        # Agent assembles a learner of its own.
+        link = self.shared.link(bot.name, bot.obs, bot.action) if self.shared is not None and not cfg.eval_mode \
+            else None
         try:
             return Agent(cfg, bot.obs.to_gym(), bot.action.to_gym(), logger=_BotLog(log, {"bot": bot.name}),
-                         stop=self.stop)
+                         learner=link, stop=self.stop)
         except AgentInterrupted:
             raise ProtocolError("server_stopping", "the server stopped while the bot was starting; expected a "
                                                    "reconnect once it is back") from None

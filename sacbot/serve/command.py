@@ -48,6 +48,10 @@ def add_serve_arguments(sp: argparse.ArgumentParser) -> None:
                    help="connections at once; more are answered with an error frame (default 64)")
     g.add_argument("--max-bots", type=int, default=32,
                    help="bots loaded at once, each with its own learner (default 32)")
+    g.add_argument("--shared-learner", action="store_true",
+                   help="one learner that every bot feeds (one policy, one replay, one checkpoint in "
+                        "ROOT/_shared/weights; every bot must have the first bot's spaces), instead of one learner "
+                        "per bot; for many instances of one game")
 
 
 def is_loopback(host: str) -> bool:
@@ -98,7 +102,8 @@ def serve_options(args, env=None):
 
     return ServeOptions(root=args.root, host=args.host, port=port, socket_path=args.socket_path, token=token,
                         max_frame=args.max_frame, idle_timeout=args.idle_timeout, frame_timeout=args.frame_timeout,
-                        max_connections=args.max_connections, max_bots=args.max_bots)
+                        max_connections=args.max_connections, max_bots=args.max_bots,
+                        shared_learner=args.shared_learner)
 
 
 def serve_config(args, env=None) -> Config:
@@ -116,7 +121,14 @@ def serve_config(args, env=None) -> Config:
                               "long they play; stop the server with SIGINT or SIGTERM")
     if cfg.pace == "realtime":
         raise ConfigError("pace = 'realtime' is not accepted by sacbot serve: each game keeps its own clock; use "
-                          "free (the default) or lockstep")
+                          "learner (the default; a game's own loop is never paced), free or lockstep")
+    if getattr(args, "shared_learner", False) and not cfg.eval_mode:
+        if cfg.pace == "lockstep":
+            raise ConfigError("pace = 'lockstep' is not accepted with --shared-learner: a bot cannot wait for "
+                              "updates that every bot's experience shares; use learner (the default) or free")
+        if cfg.learner != "thread":
+            raise ConfigError(f"learner = {cfg.learner!r} is not accepted with --shared-learner: the shared learner "
+                              "runs on a thread of the server (its bots' messages carry their source); use thread")
     if cfg.tensorboard:
         raise ConfigError("tensorboard is not offered by sacbot serve yet; each bot's JSONL files are in "
                           "ROOT/<name>/run (sacbot plot reads them)")

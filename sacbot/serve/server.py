@@ -55,12 +55,18 @@ class ServeOptions:
     frame_timeout: float = 10.0
     max_connections: int = 64
     max_bots: int = 32
+    shared_learner: bool = False  # one learner every bot feeds (sacbot/serve/shared.py)
 
 
 class Server:
     def __init__(self, cfg: Config, opts: ServeOptions, stop: threading.Event):
         self.cfg, self.opts, self.stop = cfg, opts, stop
-        self.registry = BotRegistry(cfg, opts.root, stop, opts.max_bots)
+        self.shared = None
+        if opts.shared_learner:
+            from sacbot.serve.shared import SharedLearner
+
+            self.shared = SharedLearner(cfg, opts.root, stop)
+        self.registry = BotRegistry(cfg, opts.root, stop, opts.max_bots, shared=self.shared)
         self.port: int | None = None
         self._listeners: list[socket.socket] = []
         self._conns: dict[int, tuple[threading.Thread, socket.socket]] = {}
@@ -199,7 +205,8 @@ class Server:
                 "socket": self.opts.socket_path, "connections": n, "refused_connections": self.refused,
                 "ticks": sum(b.get("ticks") or 0 for b in bots.values()),
                 "episodes": sum(b.get("episodes") or 0 for b in bots.values()),
-                "learner_failures": self.registry.learner_failures, "stopped": self.stopped, "bots": bots}
+                "learner_failures": self.registry.learner_failures, "stopped": self.stopped, "bots": bots,
+                "shared_learner": self.shared.status() if self.shared is not None else None}
 
     def _write_status(self, force: bool = False) -> None:
         self.heartbeat.maybe_write(self.status, force=force)
@@ -243,9 +250,22 @@ class Server:
                 if t.is_alive():
                     log.warning("serve: connection thread %s did not end; closing the bots anyway", t.name)
         bots = self.registry.close_all(self.cfg.final_save_timeout)
+        # The shared learner saves after every bot has detached: nothing a bot sent is left out.
+        shared = self.shared.close(self.cfg.final_save_timeout) if self.shared is not None else None
         self.stopped = time.time()
         self._write_status(force=True)
         code = 1 if self.registry.learner_failures else 0
+        if shared is not None:
+            last = shared.last_save if (shared.final_save or {}).get("ok") else None
+            log.info("serve: the shared learner: %s gradient steps, %s transitions; final checkpoint: %s",
+                     shared.learner_steps, shared.env_steps_received, last["path"] if last else "NOT WRITTEN")
+            if shared.learner_error:
+                log.error("serve: the shared learner failed: %s", shared.learner_error)
+                code = 1
+            elif not (shared.final_save or {}).get("ok"):
+                log.error("serve: the shared learner's final checkpoint was NOT written (%s)",
+                          (shared.final_save or {}).get("error", "unknown"))
+                code = EXIT_SAVE_FAILED
         for b in bots:
             st = b.final or {}
             final = st.get("final_save") or {}
