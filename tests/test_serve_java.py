@@ -28,7 +28,8 @@ def java_missing() -> str | None:
 
 
 @pytest.mark.timeout(180)
-def test_the_java_client_plays_against_a_server(tmp_path):
+@pytest.mark.parametrize("transport", ["tcp", "unix"])
+def test_the_java_client_plays_against_a_server(tmp_path, transport):
     missing = java_missing()
     if missing:
         pytest.skip(f"the Java client's test needs {missing}: run ./tools/setup.sh java")
@@ -37,8 +38,10 @@ def test_the_java_client_plays_against_a_server(tmp_path):
     done = subprocess.run(["javac", "-Xlint:all", "-Werror", "-cp", msgpack_jar(), "-d", str(classes), *SOURCES],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    with serving(tmp_path) as server:
-        run = subprocess.run(["java", "-cp", cp, "sacbot.ClientTest", "--port", str(server.port), "--bot", "java-test"],
+    opts = {"port": None, "socket_path": str(tmp_path / "s.sock")} if transport == "unix" else {}
+    with serving(tmp_path, **opts) as server:
+        where = ["--socket", opts["socket_path"]] if transport == "unix" else ["--port", str(server.port)]
+        run = subprocess.run(["java", "-cp", cp, "sacbot.ClientTest", *where, "--bot", "java-test"],
                              capture_output=True, text=True, timeout=120)
         assert run.returncode == 0 and "java client test: ok" in run.stdout, run.stdout + run.stderr
         bot = server.status()["bots"]["java-test"]

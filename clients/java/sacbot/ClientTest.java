@@ -9,7 +9,8 @@ import org.msgpack.value.Value;
  * episodes, a reconnect that continues the bot, and a refused message. Exits 0 and prints
  * "java client test: ok" when every check holds, 1 with the failed check otherwise.
  *
- * <pre>java -cp OUT:/usr/share/java/msgpack-core.jar sacbot.ClientTest --port 7373 --bot java-test [--token T]</pre>
+ * <pre>java -cp OUT:/usr/share/java/msgpack-core.jar sacbot.ClientTest --port 7373 --bot java-test [--token T]
+ * java -cp OUT:/usr/share/java/msgpack-core.jar sacbot.ClientTest --socket /tmp/sacbot.sock --bot java-test</pre>
  */
 public final class ClientTest {
     private ClientTest() {
@@ -26,17 +27,19 @@ public final class ClientTest {
         int port = SacbotClient.DEFAULT_PORT;
         String bot = "java-test";
         String token = null;
+        String socketPath = null;
         for (int i = 0; i + 1 < args.length; i += 2) {
             switch (args[i]) {
                 case "--host": host = args[i + 1]; break;
                 case "--port": port = Integer.parseInt(args[i + 1]); break;
                 case "--bot": bot = args[i + 1]; break;
                 case "--token": token = args[i + 1]; break;
+                case "--socket": socketPath = args[i + 1]; break;
                 default: System.err.println("unknown argument " + args[i]); System.exit(2);
             }
         }
         try {
-            run(host, port, bot, token);
+            run(host, port, socketPath, bot, token);
         } catch (Throwable e) {
             System.out.println("java client test: FAILED: " + e);
             e.printStackTrace(System.out);
@@ -45,11 +48,17 @@ public final class ClientTest {
         System.out.println("java client test: ok");
     }
 
-    private static void run(String host, int port, String bot, String token) throws Exception {
+    private static SacbotClient client(String host, int port, String socketPath, String bot, SacbotClient.Box obs,
+                                       SacbotClient.Box act, String token) {
+        return socketPath != null ? SacbotClient.unix(socketPath, bot, obs, act, token)
+                : new SacbotClient(host, port, bot, obs, act, token);
+    }
+
+    private static void run(String host, int port, String socketPath, String bot, String token) throws Exception {
         SacbotClient.Box obs = new SacbotClient.Box(new int[] {3}, -1.0, 1.0);
         SacbotClient.Box act = new SacbotClient.Box(new int[] {1}, new double[] {-2.0}, new double[] {2.0});
         long ticks0;
-        try (SacbotClient c = new SacbotClient(host, port, bot, obs, act, token)) {
+        try (SacbotClient c = client(host, port, socketPath, bot, obs, act, token)) {
             Map<String, Value> w = c.connect();
             check(w.get("version").asIntegerValue().toInt() == 1, "welcome.version is 1: " + w);
             check(bot.equals(w.get("bot").asStringValue().asString()), "welcome.bot is " + bot + ": " + w);
@@ -76,7 +85,7 @@ public final class ClientTest {
             check(c.tick() == ticks0 + 25, "tick went from " + ticks0 + " to " + (ticks0 + 25) + ", got " + c.tick());
         }
         // The same bot again: its tick counter goes on; a wrong observation is refused with bad_message.
-        SacbotClient c = new SacbotClient(host, port, bot, obs, act, token);
+        SacbotClient c = client(host, port, socketPath, bot, obs, act, token);
         Map<String, Value> w = c.connect();
         check(w.get("ticks").asIntegerValue().toLong() == ticks0 + 25, "a reconnect continues the bot: " + w);
         c.newEpisode("java");

@@ -4,12 +4,19 @@ import java.io.BufferedOutputStream;
 import java.io.DataInputStream;
 import java.io.EOFException;
 import java.io.IOException;
+import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.ConnectException;
 import java.net.InetSocketAddress;
 import java.net.Socket;
+import java.net.SocketException;
 import java.net.SocketTimeoutException;
+import java.net.StandardProtocolFamily;
+import java.net.UnixDomainSocketAddress;
 import java.nio.ByteBuffer;
+import java.nio.channels.SelectionKey;
+import java.nio.channels.Selector;
+import java.nio.channels.SocketChannel;
 import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
@@ -21,7 +28,8 @@ import org.msgpack.core.MessageUnpacker;
 import org.msgpack.value.Value;
 
 /**
- * A game's connection to {@code sacbot serve} (protocol version 1, docs/protocol.md), over TCP.
+ * A game's connection to {@code sacbot serve} (protocol version 1, docs/protocol.md), over TCP or, with
+ * {@link #unix}, a Unix socket ({@code sacbot serve --socket PATH}; Java 16 or newer).
  *
  * <pre>{@code
  * SacbotClient.Box obs = new SacbotClient.Box(new int[] {3}, -1.0, 1.0);
@@ -114,7 +122,9 @@ public final class SacbotClient implements AutoCloseable {
     private int timeoutMs = 60_000; // a reply (a lockstep server's waits for training)
     private int helloTimeoutMs = 300_000; // the welcome: the server starts the bot and its learner
     private long connectForMs = 30_000; // how long connect() retries a server that is not there
+    private final String socketPath; // null: TCP to host:port
     private Socket socket;
+    private UnixChannel unixChannel;
     private DataInputStream in;
     private OutputStream out;
     private Map<String, Value> welcome;
@@ -122,11 +132,21 @@ public final class SacbotClient implements AutoCloseable {
 
     /** {@code token}: the server's shared secret, or null when it has none. */
     public SacbotClient(String host, int port, String bot, Box obs, Box action, String token) {
+        this(host, port, null, bot, obs, action, token);
+    }
+
+    /** A client of the server listening on the Unix socket at {@code path} ({@code --socket PATH}). */
+    public static SacbotClient unix(String path, String bot, Box obs, Box action, String token) {
+        return new SacbotClient(null, -1, path, bot, obs, action, token);
+    }
+
+    private SacbotClient(String host, int port, String socketPath, String bot, Box obs, Box action, String token) {
         if (action.shape.length != 1) {
             throw new IllegalArgumentException("the action space must have one dimension");
         }
         this.host = host;
         this.port = port;
+        this.socketPath = socketPath;
         this.bot = bot;
         this.obs = obs;
         this.action = action;
@@ -147,24 +167,37 @@ public final class SacbotClient implements AutoCloseable {
         long deadline = System.currentTimeMillis() + connectForMs;
         long waitMs = 50;
         while (true) {
-            Socket s = new Socket();
             try {
-                s.setTcpNoDelay(true); // one small frame a tick: no Nagle delay
-                s.connect(new InetSocketAddress(host, port), timeoutMs);
+                if (socketPath != null) {
+                    unixChannel = new UnixChannel(socketPath);
+                    in = new DataInputStream(unixChannel.input);
+                    out = new BufferedOutputStream(unixChannel.output);
+                    break;
+                }
+                Socket s = new Socket();
+                try {
+                    s.setTcpNoDelay(true); // one small frame a tick: no Nagle delay
+                    s.connect(new InetSocketAddress(host, port), timeoutMs);
+                } catch (IOException e) {
+                    s.close();
+                    throw e;
+                }
                 socket = s;
+                in = new DataInputStream(socket.getInputStream());
+                out = new BufferedOutputStream(socket.getOutputStream());
                 break;
-            } catch (ConnectException e) {
-                s.close();
+            } catch (SocketException e) { // no listener yet: a refused TCP connect, or no Unix socket file
+                if (socketPath == null && !(e instanceof ConnectException)) {
+                    throw e;
+                }
                 if (System.currentTimeMillis() + waitMs > deadline) {
-                    throw new ConnectException("no sacbot server at " + host + ":" + port + " after "
+                    throw new ConnectException("no sacbot server at " + where() + " after "
                             + connectForMs / 1000.0 + " s: " + e.getMessage());
                 }
                 sleep(waitMs); // backoff between attempts to reach a server that is (re)starting
                 waitMs = Math.min(waitMs * 2, 2000);
             }
         }
-        in = new DataInputStream(socket.getInputStream());
-        out = new BufferedOutputStream(socket.getOutputStream());
         MessageBufferPacker pk = MessagePack.newDefaultBufferPacker();
         pk.packMapHeader(6);
         pk.packString("type").packString("hello");
@@ -250,22 +283,106 @@ public final class SacbotClient implements AutoCloseable {
 
     /** Drops the connection without a close message (what a crashed game does). */
     public void disconnect() {
-        if (socket != null) {
-            try {
+        try {
+            if (socket != null) {
                 socket.close();
-            } catch (IOException ignored) {
-                // closing a broken socket: nothing left to do
             }
-            socket = null;
-            in = null;
-            out = null;
+            if (unixChannel != null) {
+                unixChannel.close();
+            }
+        } catch (IOException ignored) {
+            // closing a broken socket: nothing left to do
+        }
+        socket = null;
+        unixChannel = null;
+        in = null;
+        out = null;
+    }
+
+    private String where() {
+        return socketPath != null ? "unix " + socketPath : host + ":" + port;
+    }
+
+    /**
+     * A Unix socket channel as the two streams the protocol code uses. Its reads wait at most the
+     * reply timeout (a TCP socket has SO_TIMEOUT; a channel has none, so a selector waits instead),
+     * and its writes finish whole.
+     */
+    private static final class UnixChannel {
+        final SocketChannel channel;
+        final Selector selector;
+        int readTimeoutMs = 60_000;
+        final InputStream input = new InputStream() {
+            @Override
+            public int read() throws IOException {
+                byte[] one = new byte[1];
+                return read(one, 0, 1) < 0 ? -1 : one[0] & 0xff;
+            }
+
+            @Override
+            public int read(byte[] b, int off, int len) throws IOException {
+                if (len == 0) {
+                    return 0;
+                }
+                ByteBuffer buf = ByteBuffer.wrap(b, off, len);
+                while (true) {
+                    int n = channel.read(buf);
+                    if (n != 0) {
+                        return n;
+                    }
+                    if (selector.select(Math.max(1, readTimeoutMs)) == 0) {
+                        throw new SocketTimeoutException("no reply within " + readTimeoutMs + " ms");
+                    }
+                    selector.selectedKeys().clear();
+                }
+            }
+        };
+        final OutputStream output = new OutputStream() {
+            @Override
+            public void write(int b) throws IOException {
+                write(new byte[] {(byte) b}, 0, 1);
+            }
+
+            @Override
+            public void write(byte[] b, int off, int len) throws IOException {
+                ByteBuffer buf = ByteBuffer.wrap(b, off, len);
+                while (buf.hasRemaining()) {
+                    if (channel.write(buf) == 0) { // the server reads slowly: wait until it can take more
+                        try (Selector w = Selector.open()) {
+                            channel.register(w, SelectionKey.OP_WRITE);
+                            w.select(1000);
+                        }
+                    }
+                }
+            }
+        };
+
+        UnixChannel(String path) throws IOException {
+            channel = SocketChannel.open(StandardProtocolFamily.UNIX);
+            try {
+                channel.connect(UnixDomainSocketAddress.of(path));
+                channel.configureBlocking(false);
+                selector = Selector.open();
+                channel.register(selector, SelectionKey.OP_READ);
+            } catch (IOException e) {
+                channel.close();
+                throw e;
+            }
+        }
+
+        void close() throws IOException {
+            try {
+                selector.close();
+            } finally {
+                channel.close();
+            }
         }
     }
 
     /** Says goodbye and closes; the bot stays loaded on the server. */
     @Override
     public void close() {
-        if (socket == null) {
+        if (socket == null && unixChannel == null) {
             return;
         }
         try {
@@ -296,7 +413,7 @@ public final class SacbotClient implements AutoCloseable {
     }
 
     private Map<String, Value> call(MessageBufferPacker pk, String want, int replyTimeoutMs) throws IOException {
-        if (socket == null) {
+        if (socket == null && unixChannel == null) {
             throw new IOException("not connected: call connect() first");
         }
         byte[] body = pk.toByteArray();
@@ -305,7 +422,11 @@ public final class SacbotClient implements AutoCloseable {
             out.write(ByteBuffer.allocate(4).putInt(body.length).array());
             out.write(body);
             out.flush();
-            socket.setSoTimeout(replyTimeoutMs);
+            if (socket != null) {
+                socket.setSoTimeout(replyTimeoutMs);
+            } else {
+                unixChannel.readTimeoutMs = replyTimeoutMs;
+            }
             int n = in.readInt(); // big-endian, as the protocol's length prefix
             if (n <= 0 || n > MAX_FRAME) {
                 throw new IOException("the server sent a frame of " + n + " bytes; expected 1 to " + MAX_FRAME);
@@ -315,7 +436,7 @@ public final class SacbotClient implements AutoCloseable {
             reply = decode(data);
         } catch (SocketTimeoutException | EOFException e) {
             disconnect();
-            throw new IOException("lost the server at " + host + ":" + port + ": " + e, e);
+            throw new IOException("lost the server at " + where() + ": " + e, e);
         } catch (IOException e) {
             disconnect();
             throw e;
