@@ -115,7 +115,7 @@ def test_file_places_in_sacbots_layout():
     cfg = Config(weights_path="w", run_dir="r")
     assert not cfg.original_layout
     assert (cfg.weights_dir, cfg.latest_name) == ("w", "sac_latest.zip")
-    assert cfg.latest_path == os.path.join("w", "sac_latest.zip")
+    assert os.path.join(cfg.weights_dir, cfg.latest_name) == os.path.join("w", "sac_latest.zip")
     assert cfg.round_counter_path == os.path.join("w", "round_counter.txt")
     assert cfg.metrics_path == os.path.join("r", "training_metrics.jsonl")
 
@@ -136,7 +136,7 @@ def test_file_places_in_the_originals_layout(tmp_path):
 def test_a_bare_zip_name_lives_in_the_working_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = Config(weights_path="sac_latest.zip")
-    assert (cfg.weights_dir, cfg.latest_path) == (".", os.path.join(".", "sac_latest.zip"))
+    assert (cfg.weights_dir, cfg.latest_name) == (".", "sac_latest.zip")
     assert cfg.metrics_path == str(tmp_path.parent / "training_metrics.jsonl")
 
 
@@ -374,7 +374,7 @@ def test_a_resume_at_another_utd_ratio_trains_at_the_new_one_from_the_first_step
         play(agent, 20)
         took = agent.status()["learner_steps"] - before
     assert 20 <= took <= 22, f"{took} gradient steps for 20 env steps at --utd-ratio 1"
-    saved = ck.read_checkpoint(cfg.latest_path)
+    saved = ck.read_checkpoint(os.path.join(cfg.weights_dir, cfg.latest_name))
     assert saved["meta"]["utd_carry"] < 2.0
 
 

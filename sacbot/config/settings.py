@@ -317,11 +317,6 @@ class Config:
         return os.path.basename(self.weights_path) if self.original_layout else "sac_latest.zip"
 
     @property
-    def latest_path(self) -> str:
-        """The newest checkpoint's path, in either layout."""
-        return os.path.join(self.weights_dir, self.latest_name)
-
-    @property
     def _own_prefix(self) -> str:
         """'' for sac_latest.zip; ``<name>.`` for a bot kept as any other ``<name>.zip``, so that
         bots sharing one folder never read or overwrite each other's files."""

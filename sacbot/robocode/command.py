@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import signal
@@ -30,6 +31,8 @@ from sacbot.robocode.install import (
     write_battle,
 )
 from sacbot.robocode.results import ResultsError, parse_results, read_stats, robot_row
+
+log = logging.getLogger("sacbot")
 
 # The settings a new bot starts with unless flags after -- say otherwise: a process learner (a thread
 # learner shares the server's GIL, and replies then overran a 10 ms budget at learning's start), and
@@ -235,12 +238,12 @@ def main(argv: list[str]) -> int:
             os.makedirs(out_dir, exist_ok=True)
         prepare_workdir(inst, workdir, a.turn_budget_ms)
     except (UsageError, RobocodeMissing) as e:
-        print(f"sacbot robocode: {e}", file=sys.stderr)
+        log.error("robocode: %s", e)
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
         return 2
     except (RuntimeError, OSError) as e:
-        print(f"sacbot robocode: {e}", file=sys.stderr)
+        log.error("robocode: %s", e)
         return 1
     port = a.port or _free_port()
     serve = Serve(sroot, port, a.eval, a.serve_args, os.path.join(out_dir, "serve.log"))
@@ -249,7 +252,7 @@ def main(argv: list[str]) -> int:
         try:
             welcome = serve.warm(a.bot)
         except UsageError as e:
-            print(f"sacbot robocode: {e}", file=sys.stderr)
+            log.error("robocode: %s", e)
             return 2
         print(f"sacbot robocode: bot {a.bot} ({welcome['mode']}), "
               f"{'resumed from ' + welcome['resumed_from'] if welcome.get('resumed_from') else 'started fresh'}, "
@@ -270,15 +273,14 @@ def main(argv: list[str]) -> int:
                                    f"{opponent}; the robot stood still once it lost the server, and the next run "
                                    f"resumes from the newest checkpoint")
     except (RuntimeError, ResultsError, OSError, ConnectionError) as e:
-        print(f"sacbot robocode: {e}", file=sys.stderr)
+        log.error("robocode: %s", e)
         code = 1
     finally:
         served = serve.stop()
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
     if code == 0 and served != 0:
-        print(f"sacbot robocode: sacbot serve exited {served} (its log: {os.path.join(out_dir, 'serve.log')})",
-              file=sys.stderr)
+        log.error("robocode: sacbot serve exited %s (its log: %s)", served, os.path.join(out_dir, "serve.log"))
         code = 1
     if summaries:
         print(json.dumps({"bot": a.bot, "mode": "eval" if a.eval else "train",
