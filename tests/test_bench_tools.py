@@ -185,6 +185,9 @@ def test_bench_tankduel_refuses_runs_it_cannot_evaluate(pendulum_w, radar_w, tmp
      lambda r: r["saves"][0]["file_bytes"] > 0 and r["step_time_while_saving"][0]["saving"]["n"] == 20
      and r["step_time_while_saving"][0]["saves_written"] >= 1),
     ("bench/env", ["--steps", "200", "--rounds", "1"], lambda r: r["median_steps_per_s"]["tankduel_raw"] > 0),
+    ("bench/serve", ["--ticks", "40", "--warmup", "10", "--arms", "agent,python-tcp,python-unix"],
+     lambda r: r["agent_act_in_process"]["n"] == 40 and r["python-tcp"]["n"] == 40
+     and r["python-unix"]["p999_us"] >= r["python-unix"]["p50_us"] > 0),
 ])
 def test_each_benchmark_runs_at_smoke_size_and_prints_its_json_line(tool, args, check):
     p = subprocess.run([sys.executable, str(TOOLS / f"{tool}.py"), *args], capture_output=True, text=True, timeout=170)

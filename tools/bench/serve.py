@@ -1,17 +1,28 @@
 #!/usr/bin/env python3
-"""Round-trip time of one ``step`` through ``sacbot serve``: a server process (``sacbot serve``, the
-thread learner training once ``learning_starts`` transitions are in) and the Python client in this
-process, over TCP on 127.0.0.1 and over a Unix socket.  A game that steps back to back, one
-episode of ``--ticks`` steps per transport after ``--warmup`` steps.  Last line is JSON.
+"""Round-trip time of one ``step`` through ``sacbot serve``, for the Python and the Java client, over
+TCP on 127.0.0.1 and over a Unix socket, next to ``Agent.act`` in process.  A server process
+(``sacbot serve``; each bot's thread learner trains flat out once ``learning_starts`` transitions
+are in: the learner saturated) and a game that steps back to back: one episode of ``--warmup``
+then ``--ticks`` timed steps per arm, each arm its own bot.  The reference arm is an Agent in this
+process with its own thread learner, timed on ``act()`` alone.  The server runs one learner that
+every arm's bot feeds (``--shared-learner``), so one learner is saturated throughout, not one more
+per arm.  Last line is JSON.
 
-    python tools/bench/serve.py --ticks 5000 --warmup 1500
+    python tools/bench/serve.py --ticks 100000 --warmup 1500
+    python tools/bench/serve.py --ticks 100000 --load 2     # and 2 busy processes: every core taken
+
+The Java arms need javac and Debian's msgpack-core jar (./tools/setup.sh java); without them they
+are left out and the JSON says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
+import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,11 +32,13 @@ import numpy as np
 
 from sacbot.serve.client import SacbotClient
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 def pct(ns: list[int]) -> dict:
     a = np.asarray(ns, np.float64) / 1e3
     return {"p50_us": round(float(np.percentile(a, 50)), 1), "p99_us": round(float(np.percentile(a, 99)), 1),
-            "max_us": round(float(a.max()), 1), "n": len(a)}
+            "p999_us": round(float(np.percentile(a, 99.9)), 1), "max_us": round(float(a.max()), 1), "n": len(a)}
 
 
 def measure(client: SacbotClient, obs_dim: int, warmup: int, ticks: int, seed: int) -> dict:
@@ -46,37 +59,113 @@ def measure(client: SacbotClient, obs_dim: int, warmup: int, ticks: int, seed: i
     return out
 
 
+def in_process(args, tmp: str) -> dict:
+    """``Agent.act`` timed in this process, its own thread learner training on what it observes."""
+    import gymnasium as gym
+
+    from sacbot import Agent, Config
+
+    obs_space = gym.spaces.Box(-1.0, 1.0, (args.obs_dim,), np.float32)
+    act_space = gym.spaces.Box(-1.0, 1.0, (args.act_dim,), np.float32)
+    cfg = Config(env="external", weights_path=os.path.join(tmp, "agent", "w"), run_dir=os.path.join(tmp, "agent", "r"),
+                 quiet=True, pace="free")
+    rng = np.random.default_rng(0)
+    times = []
+    with Agent(cfg, obs_space, act_space) as agent:
+        agent.new_episode("bench")
+        obs = np.zeros(args.obs_dim, np.float32)
+        for k in range(args.warmup + args.ticks):
+            t0 = time.perf_counter_ns()
+            a = agent.act(obs)
+            if k >= args.warmup:
+                times.append(time.perf_counter_ns() - t0)
+            nxt = rng.uniform(-1, 1, args.obs_dim).astype(np.float32)
+            agent.observe(float(-abs(a[0])), nxt, False, False)
+            obs = nxt
+    return pct(times)
+
+
+def java_classes(tmp: str) -> str | None:
+    """The Java client and its bench compiled into ``tmp``; the classpath, or None without Java."""
+    jars = sorted(glob.glob("/usr/share/java/msgpack-core*.jar"))
+    if not (jars and shutil.which("javac") and shutil.which("java")):
+        return None
+    out = os.path.join(tmp, "classes")
+    src = sorted(glob.glob(os.path.join(ROOT, "clients", "java", "sacbot", "*.java")))
+    subprocess.run(["javac", "-cp", jars[0], "-d", out, *src], check=True, capture_output=True, timeout=300)
+    return f"{out}{os.pathsep}{jars[0]}"
+
+
+def busy(stop) -> None:
+    while not stop.is_set():
+        sum(i * i for i in range(10_000))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ticks", type=int, default=5000)
     p.add_argument("--warmup", type=int, default=1500, help="steps before measuring (the learner starts at 1000)")
     p.add_argument("--obs-dim", type=int, default=35, help="TankDuel's observation size")
     p.add_argument("--act-dim", type=int, default=2)
+    p.add_argument("--load", type=int, default=0, help="busy processes beside the server and the game")
+    p.add_argument("--arms", default="agent,python-tcp,python-unix,java-tcp,java-unix")
     args, server_args = p.parse_known_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        sock = os.path.join(tmp, "serve.sock")
-        server = subprocess.Popen([sys.executable, "-m", "sacbot", "serve", "--root", os.path.join(tmp, "root"),
-                                   "--port", "0", "--socket", sock, *server_args],
-                                  stderr=subprocess.PIPE, text=True)
-        try:
-            port = None
-            for line in server.stderr:  # the server's own "listening" line gives the port it bound
-                if "listening on tcp 127.0.0.1:" in line:
-                    port = int(line.split("127.0.0.1:")[1].split()[0].rstrip(","))
-                    break
-            if port is None:
-                raise SystemExit("the server did not start")
-            obs = {"shape": [args.obs_dim], "low": -1.0, "high": 1.0}
-            act = {"shape": [args.act_dim], "low": -1.0, "high": 1.0}
-            results = {}
-            for name, where in (("tcp", {"port": port}), ("unix", {"socket_path": sock})):
-                with SacbotClient(f"bench-{name}", obs, act, **where) as c:
-                    results[name] = measure(c, args.obs_dim, args.warmup, args.ticks, seed=0)
-                print(f"{name}: {results[name]}", flush=True)
-        finally:
-            server.terminate()
-            server.wait(timeout=120)
-    print(json.dumps({"ticks": args.ticks, "warmup": args.warmup, "obs_dim": args.obs_dim, **results}))
+    arms = args.arms.split(",")
+    stop = multiprocessing.Event()
+    hogs = [multiprocessing.Process(target=busy, args=(stop,), daemon=True) for _ in range(args.load)]
+    for h in hogs:
+        h.start()
+    results: dict = {}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            if "agent" in arms:
+                results["agent_act_in_process"] = in_process(args, tmp)
+                print(f"agent.act in process: {results['agent_act_in_process']}", flush=True)
+            cp = java_classes(tmp) if any(a.startswith("java") for a in arms) else None
+            sock = os.path.join(tmp, "serve.sock")
+            server = subprocess.Popen([sys.executable, "-m", "sacbot", "serve", "--root", os.path.join(tmp, "root"),
+                                       "--port", "0", "--socket", sock, "--shared-learner", *server_args],
+                                      stderr=subprocess.PIPE, text=True)
+            try:
+                port = None
+                for line in server.stderr:  # the server's own "listening" line gives the port it bound
+                    if "listening on tcp 127.0.0.1:" in line:
+                        port = int(line.split("127.0.0.1:")[1].split()[0].rstrip(","))
+                        break
+                if port is None:
+                    raise SystemExit("the server did not start")
+                obs = {"shape": [args.obs_dim], "low": -1.0, "high": 1.0}
+                act = {"shape": [args.act_dim], "low": -1.0, "high": 1.0}
+                for arm in arms:
+                    lang, _, transport = arm.partition("-")
+                    where = {"port": port} if transport == "tcp" else {"socket_path": sock}
+                    if lang == "python":
+                        with SacbotClient(f"bench-{arm}", obs, act, **where) as c:
+                            results[arm] = measure(c, args.obs_dim, args.warmup, args.ticks, seed=0)
+                    elif lang == "java":
+                        if cp is None:
+                            results[arm] = "skipped: no javac or msgpack-core jar (./tools/setup.sh java)"
+                        else:
+                            flag = ["--port", str(port)] if transport == "tcp" else ["--socket", sock]
+                            r = subprocess.run(["java", "-cp", cp, "sacbot.Bench", *flag, "--ticks", str(args.ticks),
+                                                "--warmup", str(args.warmup), "--obs-dim", str(args.obs_dim),
+                                                "--act-dim", str(args.act_dim), "--bot", f"bench-{arm}"],
+                                               capture_output=True, text=True, timeout=3600)
+                            if r.returncode != 0:
+                                raise SystemExit(f"the Java bench failed: {r.stderr[-2000:]}")
+                            results[arm] = json.loads(r.stdout.strip().splitlines()[-1])
+                    else:
+                        continue
+                    print(f"{arm}: {results[arm]}", flush=True)
+            finally:
+                server.terminate()
+                server.wait(timeout=120)
+    finally:
+        stop.set()
+        for h in hogs:
+            h.join(5)
+    print(json.dumps({"ticks": args.ticks, "warmup": args.warmup, "obs_dim": args.obs_dim, "load": args.load,
+                      "cpus": os.cpu_count(), **results}))
 
 
 if __name__ == "__main__":
