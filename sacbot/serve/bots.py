@@ -71,7 +71,8 @@ class Bot:
             return {**out, "starting": True}
         st = self.final if self.final is not None else agent.status()
         for k in ("ticks", "episodes", "policy_version", "round_counter", "loaded_from", "learner", "learner_pid",
-                  "learner_steps", "env_steps_received", "buffer_size", "last_save", "learner_error", "final_save"):
+                  "learner_steps", "env_steps_received", "buffer_size", "last_save", "learner_error", "final_save",
+                  "drops"):
             if k in st:
                 out[k] = st[k]
         out["episode_index"] = agent.episode_index
