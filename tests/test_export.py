@@ -87,6 +87,8 @@ def test_the_onnx_actors_play_whole_episodes_as_sacbots_policy_does(bot, pendulu
     assert r.returncode == 0, r.stderr
     info = json.load(open(tmp_path / "out" / "actor.json"))
     assert info["env"] == ("sacbot/TankDuel-v0" if bot == "shipped" else "Pendulum-v1")
+    # The export's own check on random inputs, recorded beside the files.
+    assert max(info["check"]["max_abs_difference"].values()) <= 1e-5, info["check"]
     assert info["reward_input"] is (bot == "pendulum")
     worst = _play(tmp_path / "out", episodes=3)
     assert worst["ticks"] >= 600, worst
@@ -160,3 +162,15 @@ def test_a_weights_directory_a_bot_holds_gets_nothing_and_a_bot_is_never_exporte
     whole = (w / "bot.zip").read_bytes()
     r = sacbot("export", w / "bot.zip", w, "--zip", "--force")
     assert r.returncode == 2 and "own copy less the replay" in r.stderr and (w / "bot.zip").read_bytes() == whole
+
+
+def test_a_checkpoint_that_predates_recorded_bounds_scales_to_its_envs_and_torch_is_never_imported(tmp_path):
+    # Format 2 did not record the action bounds: Pendulum's are [-2, 2], not the [-1, 1] of a guess.
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from sacbot.app.cli import main\n"
+            f"sys.exit(main(['export', {os.path.join(ROOT, 'tests', 'fixtures', 'ckpt_v2.zip')!r}, "
+            f"{str(tmp_path / 'out')!r}]))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    info = json.load(open(tmp_path / "out" / "actor.json"))
+    assert (info["env"], info["action_low"], info["action_high"]) == ("Pendulum-v1", [-2.0], [2.0])

@@ -89,8 +89,7 @@ def export(a: ExportArgs) -> str:
     except (KeyError, ValueError) as e:
         raise ExportError(f"{a.checkpoint} holds no actor sacbot can export: {e}") from None
     spaces, config = manifest.get("spaces") or {}, manifest.get("config") or {}
-    low = np.asarray(spaces.get("action_low", [-1.0] * params.act_dim), np.float32)
-    high = np.asarray(spaces.get("action_high", [1.0] * params.act_dim), np.float32)
+    low, high = _bounds(spaces, config, params.act_dim, a.checkpoint)
     info = _description(params, manifest, low, high)
     try:
         os.makedirs(a.out_dir, exist_ok=True)
@@ -131,12 +130,69 @@ def _write(a: ExportArgs, params: ActorParams, arrays: dict, info: dict, low: np
         safetensors.numpy.save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()},
                                     os.path.join(tmp, "actor.safetensors"),
                                     metadata={"format": "sacbot actor export", "sizes": json.dumps(info["sizes"])})
+        check = _self_check(params, tmp)
+        if check is not None:
+            info["check"] = check
         with open(os.path.join(tmp, "actor.json"), "w") as fh:
             json.dump(info, fh, indent=1)
         # Each file lands whole or not at all: a rename within OUT_DIR.
         for name in FILES:
             os.chmod(os.path.join(tmp, name), 0o644)  # as any file the user writes, not a temp file's 0600
             os.replace(os.path.join(tmp, name), os.path.join(a.out_dir, name))
+
+
+def _bounds(spaces: dict, config: dict, act_dim: int, path: str) -> tuple[np.ndarray, np.ndarray]:
+    """The action bounds env_action scales to: the manifest's, or (files of formats 1 and 2 did
+    not record them) the bounds of the env the bot trained in, made from its id and kwargs."""
+    if "action_low" in spaces and "action_high" in spaces:
+        return np.asarray(spaces["action_low"], np.float32), np.asarray(spaces["action_high"], np.float32)
+    from sacbot.acting.errors import AgentError
+    from sacbot.acting.games import make_env
+
+    try:
+        env = make_env(config["env"], kwargs=json.loads(config.get("env_kwargs") or "{}"))
+    except (KeyError, AgentError, ValueError) as e:
+        raise ExportError(f"{path} does not record its action bounds, and its env cannot be made to read them "
+                          f"({e}); re-save it with this sacbot (sacbot run --steps 1 resumes and saves it)") from None
+    try:
+        low, high = (np.asarray(b, np.float32).reshape(-1) for b in (env.action_space.low, env.action_space.high))
+    finally:
+        env.close()
+    if low.shape != (act_dim,):
+        raise ExportError(f"{path}'s env {config['env']} has {low.size} action values; its actor has {act_dim}")
+    return low, high
+
+
+def _self_check(params: ActorParams, tmp: str, n: int = 200) -> dict | None:
+    """Both graphs against the numpy policy on ``n`` random observations and states (onnxruntime
+    installed): the largest difference of action, h and c.  A graph that disagrees is a bug of
+    this exporter: refused, nothing written.  None without onnxruntime."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    from sacbot.acting import policy
+
+    rng = np.random.default_rng(0)
+    cases = [(rng.uniform(-1, 1, params.obs_dim).astype(np.float32),
+              policy.PolicyState(*(rng.normal(0, 0.5, k).astype(np.float32)
+                                   for k in (params.hidden, params.hidden)),
+                                 rng.uniform(-1, 1, params.act_dim).astype(np.float32))) for _ in range(n)]
+    worst = {}
+    for name in ("actor.onnx", "actor_int8.onnx"):
+        s = ort.InferenceSession(os.path.join(tmp, name), providers=["CPUExecutionProvider"])
+        d = 0.0
+        for x, st in cases:
+            a, nxt = policy.act(params, x, st)
+            feed = {"obs": x[None], "h": st.h[None], "c": st.c[None], "prev_act": st.prev_act[None]}
+            got, _, h, c = s.run(None, feed)
+            d = max(d, float(np.abs(got[0] - a).max()), float(np.abs(h[0] - nxt.h).max()),
+                    float(np.abs(c[0] - nxt.c).max()))
+        if d > 1e-3:
+            raise ExportError(f"{name} differs from sacbot's policy by {d:.3g} on random inputs; expected under 1e-3: "
+                              "nothing was written (a bug of the exporter: please report it)")
+        worst[name] = float(f"{d:.3g}")
+    return {"random_inputs": n, "max_abs_difference": worst, "onnxruntime": ort.__version__}
 
 
 def onnx_save(model, path: str) -> None:
