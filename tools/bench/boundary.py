@@ -129,7 +129,7 @@ def arm_act(learner: str, env: str, ticks: int, warmup: int, utd: float, hidden:
                 steps0, t_meas = agent.learner.status().learner_steps, time.perf_counter()
     wall = time.perf_counter() - t_meas
     st = agent.learner.status()
-    steps = st.get("learner_steps", 0) - steps0
+    steps = st.learner_steps - steps0
     drops = dict(agent.learner.drops())
     # A close waits for the pass in progress (2,048 steps at UTD 8, minutes on a busy machine); the
     # bench needs no final save, so end the learner at once.
@@ -213,7 +213,7 @@ def arm_steps(learner: str, env: str, chunk: int, chunks: int, warm_chunks: int,
     for _ in range(warm_chunks):
         feed(chunk)
     st = link.status()
-    steps0, phase = st.get("learner_steps", 0), st.get("quant_phase")
+    steps0, phase = st.learner_steps, st.quant_phase
     per_pass = []
     t0 = time.perf_counter()
     for _ in range(chunks):
