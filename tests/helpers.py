@@ -151,7 +151,7 @@ def wait_until(predicate, timeout: float, what: str):
             pass  # a file being replaced, or not written yet
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.1)
+        time.sleep(0.1)  # the poll interval of a bounded wait on the predicate, not a wait standing in for it
 
 
 def build_zip(payload: dict, config: dict | None = None, spaces: dict | None = None) -> tuple[bytes, dict]:

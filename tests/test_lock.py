@@ -36,9 +36,9 @@ print("acquired")
 """
 
 
-def _py(code: str, directory, **kw):
+def _py(code: str, directory, *extra: str, **kw):
     env = {**os.environ, "PYTHONPATH": os.path.abspath(ROOT)}
-    return subprocess.Popen([sys.executable, "-c", code, str(directory)], env=env, text=True,
+    return subprocess.Popen([sys.executable, "-c", code, str(directory), *extra], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
 
 
@@ -295,21 +295,15 @@ print("\\n".join(refused) or "acquired")
 """
 
 
-def _no_fcntl(code: str, directory, *extra: str, **kw) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.path.abspath(ROOT)}
-    return subprocess.Popen([sys.executable, "-c", code, str(directory), *extra], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
-
-
 def _no_fcntl_try(directory) -> str:
-    out, err = _no_fcntl(NO_FCNTL_TRY, directory).communicate(timeout=30)
+    out, err = _py(NO_FCNTL_TRY, directory).communicate(timeout=30)
     assert not err, err
     return out.strip()
 
 
 @pytest.mark.timeout(90)
 def test_without_fcntl_the_lock_and_the_claim_keep_a_second_process_out_until_the_holder_releases_or_dies(tmp_path):
-    first = _no_fcntl(NO_FCNTL_HOLDER, tmp_path, stdin=subprocess.PIPE)
+    first = _py(NO_FCNTL_HOLDER, tmp_path, stdin=subprocess.PIPE)
     try:
         assert first.stdout.readline().strip() == "locked", first.stderr.read()
         refused = _no_fcntl_try(tmp_path).splitlines()
@@ -325,7 +319,7 @@ def test_without_fcntl_the_lock_and_the_claim_keep_a_second_process_out_until_th
             first.kill()
         first.communicate(timeout=20)
 
-    second = _no_fcntl(NO_FCNTL_HOLDER, tmp_path, stdin=subprocess.PIPE)
+    second = _py(NO_FCNTL_HOLDER, tmp_path, stdin=subprocess.PIPE)
     try:
         assert second.stdout.readline().strip() == "locked", second.stderr.read()
         assert _no_fcntl_try(tmp_path) != "acquired"
@@ -347,7 +341,7 @@ try:
 except OSError as e:
     print(e)
 """
-    out, err = _no_fcntl(code, tmp_path, "--no-msvcrt").communicate(timeout=30)
+    out, err = _py(code, tmp_path, "--no-msvcrt").communicate(timeout=30)
     assert "neither fcntl.flock (POSIX) nor msvcrt.locking (Windows)" in out, (out, err)
     assert not os.path.exists(tmp_path / LOCK_NAME)
 
@@ -364,6 +358,6 @@ for name in names:
 import sacbot.acting.agent, sacbot.store.lock, sacbot.serve.server  # the ones that once failed there
 print(len(names), "torch" in sys.modules)
 """
-    out, err = _no_fcntl(code, ROOT).communicate(timeout=100)
+    out, err = _py(code, ROOT).communicate(timeout=100)
     count, torch_loaded = out.split()
     assert int(count) >= 20 and torch_loaded == "False", (out, err)

@@ -292,35 +292,36 @@ def cmd_cluster(args) -> int:
     return run_cluster(cfg, a, stop)
 
 
+def _tool(name: str, run, error: type[Exception], extra: str | None = None) -> int:
+    """A tool subcommand: its line on stdout, exit 0; a bad argument (ValueError) or, with an
+    ``extra``, that extra missing: exit 2; its own ``error``: exit 1; each one line on stderr."""
+    try:
+        print(run())
+    except ValueError as e:
+        log.error(f"{name}: {e}")
+        return 2
+    except ImportError as e:
+        if extra is None:
+            raise
+        log.error(f"{name}: {e.name or e} is not installed; install the {extra} extra: pip install 'sacbot[{extra}]'")
+        return 2
+    except error as e:
+        log.error(f"{name}: {e}")
+        return 1
+    return 0
+
+
 def cmd_plot(args) -> int:
     from sacbot.app.plot import PlotError, plot
 
-    try:
-        print(plot(args.run_dirs, args.out))
-    except ValueError as e:
-        log.error(f"plot: {e}")
-        return 2
-    except PlotError as e:
-        log.error(f"plot: {e}")
-        return 1
-    return 0
+    return _tool("plot", lambda: plot(args.run_dirs, args.out), PlotError)
 
 
 def cmd_export(args) -> int:
     from sacbot.app.export import ExportArgs, ExportError, export
 
-    try:
-        print(export(ExportArgs(args.checkpoint, args.out_dir, force=args.force, zip=args.zip)))
-    except ValueError as e:
-        log.error(f"export: {e}")
-        return 2
-    except ImportError as e:
-        log.error(f"export: {e.name or e} is not installed; install the export extra: pip install 'sacbot[export]'")
-        return 2
-    except ExportError as e:
-        log.error(f"export: {e}")
-        return 1
-    return 0
+    return _tool("export", lambda: export(ExportArgs(args.checkpoint, args.out_dir, force=args.force, zip=args.zip)),
+                 ExportError, extra="export")
 
 
 def cmd_render(args) -> int:
@@ -328,19 +329,7 @@ def cmd_render(args) -> int:
 
     a = RenderArgs(checkpoint=None if args.random else args.checkpoint, out=args.out, env=args.env,
                    env_kwargs=args.env_kwargs, seed=args.seed, max_ticks=args.max_ticks, every=args.every)
-    try:
-        print(render(a))
-    except ValueError as e:
-        log.error(f"render: {e}")
-        return 2
-    except ImportError as e:
-        log.error(f"render: Pillow is not installed ({e}); install the plot extra: pip install "
-                  "'sacbot[plot]'")
-        return 2
-    except RenderError as e:
-        log.error(f"render: {e}")
-        return 1
-    return 0
+    return _tool("render", lambda: render(a), RenderError, extra="plot")
 
 
 def cmd_status(args) -> int:

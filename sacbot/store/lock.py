@@ -57,8 +57,9 @@ class LockHeld(RuntimeError):
                          "pass another --weights-path")
 
 
-# The locks this process holds: a forked child closes its copies (see the module's docstring).
-_HELD: set[WriterLock] = set()
+# The locks this process holds (writer locks and run-directory claims): a forked child closes its
+# copies (see the module's docstring).
+_HELD: set[HeldFile] = set()
 
 
 def _close_in_child() -> None:
@@ -168,30 +169,47 @@ def take_os_lock(path: str, record: bytes, held: Callable[[int], BaseException])
     return fd
 
 
-class WriterLock:
-    """A non-blocking exclusive lock on a directory, held until ``close()`` or process exit."""
+class HeldFile:
+    """A file this process holds an OS lock on, from ``_take`` to ``_free`` (or its exit); what a
+    writer lock and a run-directory claim share.  A forked child closes its copy at once."""
 
-    def __init__(self, directory: str):
-        self.directory = directory
-        self.path = os.path.join(directory, LOCK_NAME)
+    def __init__(self, path: str):
+        self.path = path
         self._fd: int | None = None
 
     @property
     def held(self) -> bool:
+        """Whether this process holds it now."""
         return self._fd is not None
+
+    def _take(self, record: bytes, held: Callable[[int], BaseException]) -> None:
+        if self._fd is None:
+            self._fd = take_os_lock(self.path, record, held)
+            _HELD.add(self)
+
+    def _free(self) -> None:
+        fd, self._fd = self._fd, None
+        _HELD.discard(self)
+        if fd is not None:
+            free_lock(fd)
+
+
+class WriterLock(HeldFile):
+    """A non-blocking exclusive lock on a directory, held until ``close()`` or process exit."""
+
+    def __init__(self, directory: str):
+        super().__init__(os.path.join(directory, LOCK_NAME))
+        self.directory = directory
 
     def acquire(self) -> WriterLock:
         """Take the lock or raise ``LockHeld`` at once (never waits).  The directory must exist;
         an OSError (read-only directory, ...) passes through."""
-        if self._fd is not None:
-            return self
 
         def held(fd: int) -> LockHeld:
             recorded = _read_pid(fd)
             return LockHeld(self.directory, _holder(fd, recorded), recorded)
 
-        self._fd = take_os_lock(self.path, f"{os.getpid()}\n".encode(), held)
-        _HELD.add(self)
+        self._take(f"{os.getpid()}\n".encode(), held)
         return self
 
     def acquire_within(self, timeout: float) -> WriterLock:
@@ -209,10 +227,7 @@ class WriterLock:
 
     def close(self) -> None:
         """Release the lock (closing the file releases the flock); the file stays."""
-        fd, self._fd = self._fd, None
-        _HELD.discard(self)
-        if fd is not None:
-            free_lock(fd)
+        self._free()
 
     release = close
 

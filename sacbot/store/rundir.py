@@ -23,26 +23,9 @@ from __future__ import annotations
 import json
 import os
 
-from sacbot.store.lock import free_lock, read_record, take_os_lock
+from sacbot.store.lock import HeldFile, read_record
 
 CLAIM_NAME = ".sacbot.run"
-
-_HELD: set[RunDirClaim] = set()  # the claims this process holds: a forked child closes its copies
-
-
-def _close_in_child() -> None:
-    for claim in list(_HELD):
-        fd, claim._fd = claim._fd, None
-        if fd is not None:
-            try:
-                os.close(fd)  # the child's copy only: the parent's open file keeps the flock
-            except OSError:
-                pass
-    _HELD.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_close_in_child)
 
 
 class RunDirInUse(RuntimeError):
@@ -66,39 +49,28 @@ class RunDirInUse(RuntimeError):
                          "interleave their metrics and episodes and overwrite each other's status.json. " + then)
 
 
-class RunDirClaim:
+class RunDirClaim(HeldFile):
     """A non-blocking exclusive claim on a run directory, held until ``release()`` or process exit."""
 
     def __init__(self, run_dir: str, weights_path: str):
+        super().__init__(os.path.join(run_dir, CLAIM_NAME))
         self.run_dir, self.weights_path = run_dir, weights_path
-        self.path = os.path.join(run_dir, CLAIM_NAME)
-        self._fd: int | None = None
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
 
     def acquire(self) -> RunDirClaim:
         """Take the claim or raise ``RunDirInUse`` at once.  The directory must exist; an OSError
         (read-only directory, a directory in the file's place) passes through."""
-        if self._fd is not None:
-            return self
 
         def held(fd: int) -> RunDirInUse:
             holder = _read(fd)
             return RunDirInUse(self.run_dir, holder.get("pid"), holder.get("weights_path"), self.weights_path)
 
-        record = json.dumps({"pid": os.getpid(), "weights_path": os.path.abspath(self.weights_path)}).encode()
-        self._fd = take_os_lock(self.path, record, held)
-        _HELD.add(self)
+        self._take(json.dumps({"pid": os.getpid(), "weights_path": os.path.abspath(self.weights_path)}).encode(),
+                   held)
         return self
 
     def release(self) -> None:
         """Give the run directory up (closing the file releases the flock); the file stays."""
-        fd, self._fd = self._fd, None
-        _HELD.discard(self)
-        if fd is not None:
-            free_lock(fd)
+        self._free()
 
 
 def _read(fd: int) -> dict:
