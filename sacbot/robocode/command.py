@@ -75,6 +75,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reply-ms", type=int, default=80,
                    help="how long the robot waits for an action before it drops the connection and stands still "
                         "for the rest of the round (default 80; less than --turn-budget-ms)")
+    p.add_argument("--hold-ms", type=float, default=None,
+                   help="the most the server holds a turn's reply while the learner is behind (sacbot serve "
+                        "--hold-ms), so that the battle plays at the learner's pace and no turn's transition is "
+                        "dropped (default: half of --reply-ms; 0: the battle runs free and the learner takes what it "
+                        "can)")
     p.add_argument("--battle-timeout", type=float, default=3600.0,
                    help="seconds a battle may take before Robocode is killed (default 3600)")
     p.add_argument("--port", type=int, default=0, help="the server's TCP port (default 0: a free one)")
@@ -102,16 +107,22 @@ def check(a) -> None:
     if not 1 <= a.reply_ms < a.turn_budget_ms:
         raise UsageError(f"--reply-ms = {a.reply_ms} is not accepted: expected an integer from 1 to below "
                          f"--turn-budget-ms ({a.turn_budget_ms:g})")
+    if a.hold_ms is None:
+        a.hold_ms = a.reply_ms / 2
+    if not 0.0 <= a.hold_ms <= a.reply_ms / 2:
+        raise UsageError(f"--hold-ms = {a.hold_ms:g} is not accepted: expected 0 to half of --reply-ms "
+                         f"({a.reply_ms / 2:g}), so that a held reply still reaches the robot in time")
     if not 1.0 <= a.battle_timeout <= 7 * 86400:
         raise UsageError(f"--battle-timeout = {a.battle_timeout} is not accepted: expected seconds in [1, 604800]")
     if not 0 <= a.port <= 65535:
         raise UsageError(f"--port = {a.port} is not accepted: expected 0 to 65535")
     if not a.root.strip() or (os.path.exists(a.root) and not os.path.isdir(a.root)):
         raise UsageError(f"--root {a.root!r} is not accepted: expected a directory")
-    bad = [f for f in a.serve_args if f.split("=")[0] in ("--root", "--port", "--eval", "--socket", "--host")]
+    ours = ("--root", "--port", "--eval", "--socket", "--host", "--hold-ms")
+    bad = [f for f in a.serve_args if f.split("=")[0] in ours]
     if bad:
         raise UsageError(f"{bad[0].split('=')[0]} after -- is not accepted: sacbot robocode sets it (use its own "
-                         "--root, --port and --eval)")
+                         "--root, --port, --hold-ms and --eval)")
 
 
 def _free_port() -> int:
@@ -135,10 +146,10 @@ class Serve:
     """``sacbot serve`` as a child process, and the bot loaded in it before Robocode starts: the robot's
     own hello, at a round's start, must fit Robocode's start-up allowance."""
 
-    def __init__(self, root: str, port: int, eval_mode: bool, extra: list[str], log_path: str):
+    def __init__(self, root: str, port: int, eval_mode: bool, hold_ms: float, extra: list[str], log_path: str):
         self.port = port
         cmd = [sys.executable, "-m", "sacbot", "serve", "--root", root, "--port", str(port), "--env", "robocode",
-               "--quiet", *SERVE_DEFAULTS, *(["--eval"] if eval_mode else []), *extra]
+               "--quiet", *SERVE_DEFAULTS, *(["--eval"] if eval_mode else ["--hold-ms", f"{hold_ms:g}"]), *extra]
         self.log = open(log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -169,6 +180,18 @@ class Serve:
                 self.proc.wait()
         self.log.close()
         return self.proc.returncode
+
+
+def _bot_status(sroot: str, bot: str) -> dict:
+    """The bot's totals so far from the server's status.json (written twice a second): what its learner
+    took, dropped and trained, and how often a reply was held for it."""
+    try:
+        with open(os.path.join(sroot, "status.json"), encoding="utf-8") as f:
+            st = json.load(f)["bots"][bot]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return {k: st[k] for k in ("ticks", "env_steps_received", "drops", "learner_steps", "holds", "holds_out")
+            if k in st}
 
 
 def run_battle(a, inst, workdir: str, out_dir: str, opponent: str, port: int) -> dict:
@@ -246,7 +269,7 @@ def main(argv: list[str]) -> int:
         log.error("robocode: %s", e)
         return 1
     port = a.port or _free_port()
-    serve = Serve(sroot, port, a.eval, a.serve_args, os.path.join(out_dir, "serve.log"))
+    serve = Serve(sroot, port, a.eval, a.hold_ms, a.serve_args, os.path.join(out_dir, "serve.log"))
     code, summaries = 0, []
     try:
         try:
@@ -265,6 +288,7 @@ def main(argv: list[str]) -> int:
                   f"{s['skipped_turns']}, reply timeouts {s['reply_timeouts']}"
                   + (f", rounds the robot was stopped for skipping turns {s['rounds_disabled']}"
                      if s["rounds_disabled"] else ""), flush=True)
+            s["server"] = _bot_status(sroot, a.bot)
             if not a.eval:
                 with open(os.path.join(a.root, a.bot, "run", "robocode.jsonl"), "a", encoding="utf-8") as f:
                     f.write(json.dumps(s) + "\n")

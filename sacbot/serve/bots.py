@@ -58,12 +58,15 @@ class Bot:
     connections: int = 0
     disconnects: int = 0
     episodes_cut: int = 0  # episodes whose game went away before the episode ended
+    holds: int = 0  # replies held for the learner (--hold-ms), and how many of them ran out of time
+    holds_out: int = 0
     learner_failed: str | None = None
     final: dict | None = None  # Agent.close()'s status, after the server's stop
 
     def summary(self) -> dict:
         out = {"connected": self.peer is not None, "peer": self.peer, "connections": self.connections,
-               "disconnects": self.disconnects, "episodes_cut": self.episodes_cut,
+               "disconnects": self.disconnects, "episodes_cut": self.episodes_cut, "holds": self.holds,
+               "holds_out": self.holds_out,
                "obs_space": self.obs.describe(), "action_space": self.action.describe(),
                "weights": self.cfg.weights_path, "run_dir": self.cfg.run_dir}
         agent = self.agent

@@ -52,6 +52,11 @@ def add_serve_arguments(sp: argparse.ArgumentParser) -> None:
                    help="one learner that every bot feeds (one policy, one replay, one checkpoint in "
                         "ROOT/_shared/weights; every bot must have the first bot's spaces), instead of one learner "
                         "per bot; for many instances of one game")
+    g.add_argument("--hold-ms", type=float, default=0.0,
+                   help="the most a step's reply may be held while its bot's learner is over half a --queue-size of "
+                        "transitions behind (default 0: never; a game's clock is its own). A game that waits for "
+                        "its bot every turn (Robocode, a turn-based game) can give the learner time this way and "
+                        "lose no transitions; keep it well below the game's reply timeout")
 
 
 def is_loopback(host: str) -> bool:
@@ -96,6 +101,10 @@ def serve_options(args, env=None):
     _range("--frame-timeout", args.frame_timeout, 0.1, 3600.0)
     _range("--max-connections", args.max_connections, 1, 10_000)
     _range("--max-bots", args.max_bots, 1, 10_000)
+    _range("--hold-ms", args.hold_ms, 0.0, 10_000.0)
+    if args.hold_ms and args.shared_learner:
+        raise ConfigError(f"--hold-ms = {args.hold_ms:g} is not accepted with --shared-learner: a game's steps are "
+                          "never held for a learner that every game feeds; drop one of the two")
     if not args.root.strip():
         raise ConfigError(f"--root = {args.root!r} is not accepted: expected a directory path")
     from sacbot.serve.server import ServeOptions
@@ -103,7 +112,7 @@ def serve_options(args, env=None):
     return ServeOptions(root=args.root, host=args.host, port=port, socket_path=args.socket_path, token=token,
                         max_frame=args.max_frame, idle_timeout=args.idle_timeout, frame_timeout=args.frame_timeout,
                         max_connections=args.max_connections, max_bots=args.max_bots,
-                        shared_learner=args.shared_learner)
+                        shared_learner=args.shared_learner, hold_ms=args.hold_ms)
 
 
 def serve_config(args, env=None) -> Config:

@@ -143,6 +143,16 @@ class Connection:
         self.in_episode, self.first_step = True, True
         self.send({"type": "ok", "episode": bot.agent.episode_index - 1})
 
+    def _hold(self, bot: Bot) -> None:
+        """--hold-ms: while the learner is over half a queue behind, hold this reply (a bounded time), so
+        that a game which waits for its bot plays at the learner's pace and none of its steps is dropped."""
+        hold = self.server.opts.hold_ms
+        if hold <= 0 or self.server.cfg.pace != "learner" or bot.agent.learner is None:
+            return
+        bot.holds += 1
+        if not bot.agent.keep_up(timeout=hold / 1000.0):
+            bot.holds_out += 1
+
     def step(self, msg: dict) -> None:
         bot = self._ready("step")
         if not self.in_episode:
@@ -176,6 +186,7 @@ class Connection:
                     self.send({"type": "action", "action": None, "done": True, "tick": agent.ticks,
                                "episode": agent.episode_index - 1, "policy_version": agent.policy_version})
                     return
+                self._hold(bot)
             action = agent.act(s.obs)
         except MessageError as e:  # the Agent's own checks: a value the protocol's checks let through
             raise p.ProtocolError("bad_message", f"{e}; expected values the bot's spaces allow") from None

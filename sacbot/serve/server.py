@@ -56,6 +56,7 @@ class ServeOptions:
     max_connections: int = 64
     max_bots: int = 32
     shared_learner: bool = False  # one learner every bot feeds (sacbot/serve/shared.py)
+    hold_ms: float = 0.0  # the most a step's reply waits for a learner that is behind (0: never)
 
 
 class Server:

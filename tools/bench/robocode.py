@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""A Robocode bot trained from scratch against one sample robot for a wall-clock budget, then
+scored over eval rounds, everything counted by Robocode's own results files.
+
+Training is ``sacbot robocode --rounds R`` run again and again (one battle of R rounds each; the
+bot resumes from its newest checkpoint every time) until ``--minutes`` have passed; then
+``sacbot robocode --eval --rounds E`` plays the newest checkpoint deterministically.  Each battle's
+line (rounds won, turns, the learner's totals) is kept in ROOT/<bot>/run/robocode.jsonl, which is
+the learning curve: win rate against rounds and env steps.
+
+    python tools/bench/robocode.py --opponent sample.SittingDuck --minutes 60 --root runs/rc-duck
+
+Flags after -- go on to sacbot serve (e.g. -- --seed 3).
+Progress goes to stderr; the last line of stdout is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+SACBOT = [sys.executable, "-m", "sacbot"]
+
+
+def battle(args: list[str], timeout: float) -> dict:
+    p = subprocess.run(SACBOT + ["robocode", *args], capture_output=True, text=True, timeout=timeout)
+    sys.stderr.write(p.stdout + p.stderr)
+    if p.returncode != 0:
+        raise SystemExit(f"sacbot robocode {' '.join(args)} exited {p.returncode}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    extra: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i:]
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--opponent", default="sample.SittingDuck")
+    ap.add_argument("--minutes", type=float, default=60.0, help="training budget, wall clock (default 60)")
+    ap.add_argument("--rounds", type=int, default=50, help="rounds per training battle (default 50)")
+    ap.add_argument("--eval-rounds", type=int, default=100, help="eval rounds at the end (default 100)")
+    ap.add_argument("--root", default="runs/robocode-bench")
+    a = ap.parse_args(argv)
+    common = ["--root", a.root, "--opponents", a.opponent]
+    t0 = time.monotonic()
+    battles = 0
+    while time.monotonic() - t0 < a.minutes * 60:
+        battle(common + ["--rounds", str(a.rounds)] + extra, timeout=3 * 3600)
+        battles += 1
+        print(f"[{(time.monotonic() - t0) / 60:.1f} min] {battles} battles", file=sys.stderr, flush=True)
+    train_s = time.monotonic() - t0
+    lines = [json.loads(x) for x in open(os.path.join(a.root, "robocode", "run", "robocode.jsonl"))]
+    lines = [x for x in lines if x.get("opponent") == a.opponent]
+    ev = battle(common + ["--rounds", str(a.eval_rounds), "--eval"] + extra, timeout=3 * 3600)
+    last = lines[-1].get("server", {})
+    print(json.dumps({
+        "opponent": a.opponent, "train_minutes": round(train_s / 60, 1), "battles": battles,
+        "train_rounds": sum(x["rounds"] for x in lines), "train_wins": sum(x["wins"] for x in lines),
+        "last_battle_win_rate": lines[-1]["win_rate"], "env_steps_received": last.get("env_steps_received"),
+        "learner_steps": last.get("learner_steps"), "drops": last.get("drops"),
+        "rounds_disabled": sum(x.get("rounds_disabled", 0) for x in lines),
+        "eval_rounds": a.eval_rounds, "eval_win_rate": ev["win_rates"][a.opponent],
+        "curve": [[x["rounds"], x["wins"], x.get("server", {}).get("env_steps_received")] for x in lines]}))
+
+
+if __name__ == "__main__":
+    main()
