@@ -99,6 +99,10 @@ def test_a_learning_battle_checkpoints_and_its_wins_match_the_bots_episodes(trai
     assert summary["wins"] == sum(1 for e in played if e["won"]) + sum(1 for s in stats if s["won"] and
                                                                         not s["sends_end"])
     assert summary["turns"] == sum(s["turns"] for s in stats) > 0
+    # Replies are held while the learner is behind (--hold-ms): the battle plays at its pace, dropping nothing.
+    server = summary["server"]
+    assert server["drops"]["transition"] == 0 and server["holds"] > 0, server
+    assert server["learner_steps"] >= (server["env_steps_received"] - 256) / 2, server  # UTD 1, a lag allowed
     begun = sum(1 for s in stats if s["steps"] > 0)  # one a round, whole or cut; a stopped round's too
     assert begun <= meta["episodes"] <= begun + summary["rounds_disabled"], (meta["episodes"], stats)
 
@@ -177,6 +181,7 @@ def test_bad_input_exits_2_naming_it_and_starts_nothing(tmp_path):
     assert "--rounds = 0 is not accepted" in bad("--rounds", "0")
     assert "--reply-ms = 200 is not accepted" in bad("--reply-ms", "200")
     assert "--root after -- is not accepted" in bad("--", "--root", "x")  # it sets the server's root
+    assert "--hold-ms = 50 is not accepted" in bad("--hold-ms", "50")  # more than half the 80 ms reply wait
     assert "is not a directory" in bad("--robocode", str(tmp_path / "nowhere"))
     if MISSING is None:
         err = bad("--opponents", "sample.SittingDuck,sample.Nobody")

@@ -155,6 +155,26 @@ def test_hello_a_training_episode_and_close(tmp_path):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("hold_ms", [0.0, 5000.0])
+def test_hold_ms_paces_a_fast_game_to_its_learner_and_nothing_is_dropped(tmp_path, hold_ms):
+    # A learner far slower than the game (4 updates a transition, a queue of 16): unheld, the game outruns it and
+    # the queue drops; held, every reply waits while the learner is over half a queue behind.
+    cfg = {"pace": "learner", "queue_size": 16, "utd_ratio": 4.0}
+    with serving(tmp_path, cfg=cfg, hold_ms=hold_ms) as server, client(server) as c:
+        play(c, 300)
+        st = server.status()["bots"]["b"]
+        assert st["holds"] == (299 if hold_ms else 0)  # every step after the first, in the episode
+        if hold_ms:
+            assert st["drops"]["transition"] == 0 and st["holds_out"] == 0, st
+            assert st["env_steps_received"] >= 300 - 8  # at most half a queue still on its way
+        else:
+            assert st["drops"]["transition"] > 100, st
+    assert server.code == 0
+    meta = ck.read_checkpoint(str(tmp_path / "root" / "b" / "weights" / "sac_latest.zip"))["meta"]
+    assert (meta["env_steps"] == 300) == bool(hold_ms)
+
+
+@pytest.mark.timeout(120)
 def test_eval_mode_is_deterministic_and_writes_nothing(tmp_path):
     with serving(tmp_path) as server, client(server) as c:
         play(c, 5)
@@ -574,6 +594,8 @@ def test_kill_9_leaves_a_checkpoint_that_verifies_and_a_restarted_server_resumes
     (["--weights-path", "w"], "each bot lives under --root"),
     (["--pace", "realtime"], "each game keeps its own clock"),
     (["--port", "70000"], "--port = 70000"),
+    (["--hold-ms", "-1"], "--hold-ms = -1"),
+    (["--hold-ms", "20", "--shared-learner"], "never held for a learner that every game feeds"),
 ])
 @pytest.mark.timeout(60)
 def test_refused_settings_exit_2_before_anything_is_written(tmp_path, args, needle):

@@ -33,6 +33,7 @@ from sacbot.robocode.install import (
 from sacbot.robocode.results import ResultsError, parse_results, read_stats, robot_row
 
 log = logging.getLogger("sacbot")
+PROGRESS_S = 30.0  # seconds between a battle's progress lines
 
 # The settings a new bot starts with unless flags after -- say otherwise: a process learner (a thread
 # learner shares the server's GIL, and replies then overran a 10 ms budget at learning's start), and
@@ -194,6 +195,29 @@ def _bot_status(sroot: str, bot: str) -> dict:
             if k in st}
 
 
+def _watch(proc: subprocess.Popen, a, opponent: str, stats: str, t0: float) -> int:
+    """Robocode's exit code; a progress line every PROGRESS_S while the battle is played (rounds so far,
+    from the robot's own lines); Robocode killed past --battle-timeout."""
+    shown = t0
+    while True:
+        try:
+            return proc.wait(1.0)
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        if now - t0 > a.battle_timeout:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise RuntimeError(f"the battle against {opponent} took more than --battle-timeout "
+                               f"{a.battle_timeout:g} s; Robocode was killed")
+        if now - shown >= PROGRESS_S:
+            shown = now
+            played = read_stats(stats)
+            log.info("robocode: vs %s: %d of %d rounds played, %d won, %d turns, %.0f s", opponent, len(played),
+                     a.rounds, sum(1 for r in played if r.get("won")), sum(int(r.get("turns", 0)) for r in played),
+                     now - t0)
+
+
 def run_battle(a, inst, workdir: str, out_dir: str, opponent: str, port: int) -> dict:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = os.path.join(out_dir, f"{stamp}-{opponent}")
@@ -208,13 +232,7 @@ def run_battle(a, inst, workdir: str, out_dir: str, opponent: str, port: int) ->
     t0 = time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            code = proc.wait(a.battle_timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise RuntimeError(f"the battle against {opponent} took more than --battle-timeout "
-                               f"{a.battle_timeout:g} s; Robocode was killed") from None
+        code = _watch(proc, a, opponent, stats, t0)
     seconds = time.monotonic() - t0
     if code != 0 or not os.path.isfile(results):
         raise RuntimeError(f"Robocode exited {code} against {opponent} without a results file; its output is in "

@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stand-in", default="sample.SpinBot", help="the sample robot in the sacbot robot's place")
     p.add_argument("--turn-budget-ms", type=float, default=100.0)
     p.add_argument("--reply-ms", type=int, default=80)
+    p.add_argument("--hold-ms", type=float, default=None,
+                   help="sacbot serve --hold-ms (default: half of --reply-ms, as sacbot robocode; 0: free)")
     a, extra = p.parse_known_args(argv)
     extra = extra[1:] if extra[:1] == ["--"] else extra
     inst = find_install()
@@ -48,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         prepare_workdir(inst, workdir, a.turn_budget_ms)
         subprocess.run([inst.javac, "-cp", inst.jar, "-d", classes, PROBE], check=True, timeout=300)
         port, stats = _free_port(), os.path.join(tmp, "rounds.jsonl")
-        serve = Serve(os.path.join(tmp, "serve"), port, False, extra, os.path.join(tmp, "serve.log"))
+        hold = a.reply_ms / 2 if a.hold_ms is None else a.hold_ms
+        serve = Serve(os.path.join(tmp, "serve"), port, False, hold, extra, os.path.join(tmp, "serve.log"))
         try:
             serve.warm("pace")
             props = {"sacbot.port": str(port), "sacbot.bot": "pace", "sacbot.opponent": a.opponent,
@@ -62,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                "in_round_ratio": round(mine["in_round_turns_per_s"] / theirs["in_round_turns_per_s"], 4),
                "skipped_turns": sum(r["skipped"] for r in played), "reply_timeouts": sum(r["timeouts"] for r in played),
                "max_reply_ms": max((r["max_reply_ms"] for r in played), default=None),
-               "turn_budget_ms": a.turn_budget_ms, "reply_ms": a.reply_ms}
+               "turn_budget_ms": a.turn_budget_ms, "reply_ms": a.reply_ms, "hold_ms": hold}
     print(json.dumps(out))
     return 0
 
