@@ -36,9 +36,12 @@ log = logging.getLogger("sacbot")
 PROGRESS_S = 30.0  # seconds between a battle's progress lines
 
 # The settings a new bot starts with unless flags after -- say otherwise: a process learner (a thread
-# learner shares the server's GIL, and replies then overran a 10 ms budget at learning's start), and
-# TankDuel's learning settings (small rewards: a low initial temperature; n-step returns).
-SERVE_DEFAULTS = ("--learner", "process", "--init-alpha", "0.02", "--n-step", "5", "--burn-in", "8")
+# learner shares the server's GIL, and replies then overran a 10 ms budget at learning's start);
+# TankDuel's learning settings (small rewards: a low initial temperature; n-step returns); and a
+# quarter of an update a turn: a round lasts hundreds of turns, and at one update a turn a half-hour run
+# saw a few hundred rounds (docs/experiments.md).
+SERVE_DEFAULTS = ("--learner", "process", "--init-alpha", "0.02", "--n-step", "5", "--burn-in", "8",
+                  "--utd-ratio", "0.25")
 OBS_SPACE = {"shape": [OBS_SIZE], "low": -1.0, "high": 1.0}
 ACT_SPACE = {"shape": [ACT_SIZE], "low": -1.0, "high": 1.0}
 

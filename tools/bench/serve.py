@@ -6,10 +6,12 @@ are in: the learner saturated) and a game that steps back to back: one episode o
 then ``--ticks`` timed steps per arm, each arm its own bot.  The reference arm is an Agent in this
 process with its own thread learner, timed on ``act()`` alone.  The server runs one learner that
 every arm's bot feeds (``--shared-learner``), so one learner is saturated throughout, not one more
-per arm.  Last line is JSON.
+per arm; with ``--learner process`` each arm's bot has its own learner process instead (the server's
+process then holds no learner thread).  Last line is JSON.
 
     python tools/bench/serve.py --ticks 100000 --warmup 1500
     python tools/bench/serve.py --ticks 100000 --load 2     # and 2 busy processes: every core taken
+    python tools/bench/serve.py --ticks 100000 --learner process
 
 The Java arms need javac and Debian's msgpack-core jar (./tools/setup.sh java); without them they
 are left out and the JSON says so.
@@ -109,6 +111,9 @@ def main() -> None:
     p.add_argument("--act-dim", type=int, default=2)
     p.add_argument("--load", type=int, default=0, help="busy processes beside the server and the game")
     p.add_argument("--arms", default="agent,python-tcp,python-unix,java-tcp,java-unix")
+    p.add_argument("--learner", choices=("shared", "process"), default="shared",
+                   help="shared: one thread learner in the server that every arm's bot feeds (default); process: "
+                        "each arm's bot its own learner process")
     args, server_args = p.parse_known_args()
     arms = args.arms.split(",")
     stop = multiprocessing.Event()
@@ -123,8 +128,9 @@ def main() -> None:
                 print(f"agent.act in process: {results['agent_act_in_process']}", flush=True)
             cp = java_classes(tmp) if any(a.startswith("java") for a in arms) else None
             sock = os.path.join(tmp, "serve.sock")
+            learners = ["--shared-learner"] if args.learner == "shared" else ["--learner", "process"]
             server = subprocess.Popen([sys.executable, "-m", "sacbot", "serve", "--root", os.path.join(tmp, "root"),
-                                       "--port", "0", "--socket", sock, "--shared-learner", *server_args],
+                                       "--port", "0", "--socket", sock, *learners, *server_args],
                                       stderr=subprocess.PIPE, text=True)
             try:
                 port = None
@@ -165,6 +171,7 @@ def main() -> None:
         for h in hogs:
             h.join(5)
     print(json.dumps({"ticks": args.ticks, "warmup": args.warmup, "obs_dim": args.obs_dim, "load": args.load,
+                      "learner": args.learner,
                       "cpus": os.cpu_count(), **results}))
 
 
