@@ -136,13 +136,17 @@ def _free_port() -> int:
 
 
 def _eval_root(root: str, bot: str, tmp: str) -> str:
-    """A server root for eval whose bot reads ROOT/<bot>/weights and writes nowhere under ROOT."""
+    """A server root for eval whose bot reads ROOT/<bot>/weights and writes nowhere under ROOT.  With no
+    bot trained there, its weights folder is an empty one of its own, and the server plays the Robocode
+    bot shipped in the package (sacbot/bots/robocode.zip), as ``sacbot eval`` plays a shipped bot."""
     weights = os.path.join(root, bot, "weights")
-    if not os.path.isdir(weights):
-        raise UsageError(f"--eval: {weights} does not exist: train the bot first (sacbot robocode without --eval)")
     sroot = os.path.join(tmp, "serve")
     os.makedirs(os.path.join(sroot, bot, "run"))
-    os.symlink(os.path.abspath(weights), os.path.join(sroot, bot, "weights"))
+    if os.path.isdir(weights):
+        os.symlink(os.path.abspath(weights), os.path.join(sroot, bot, "weights"))
+    else:
+        log.info("robocode: no bot trained in %s; --eval plays the shipped Robocode bot", weights)
+        os.makedirs(os.path.join(sroot, bot, "weights"))
     return sroot
 
 
@@ -296,7 +300,11 @@ def main(argv: list[str]) -> int:
         try:
             welcome = serve.warm(a.bot)
         except UsageError as e:
-            log.error("robocode: %s", e)
+            why = str(e)
+            if a.eval and not os.path.isdir(os.path.join(a.root, a.bot, "weights")):
+                why = (f"--eval: no bot trained in {os.path.join(a.root, a.bot, 'weights')} and no Robocode bot "
+                       "shipped with this sacbot; train one first (sacbot robocode without --eval)")
+            log.error("robocode: %s", why)
             return 2
         print(f"sacbot robocode: bot {a.bot} ({welcome['mode']}), "
               f"{'resumed from ' + welcome['resumed_from'] if welcome.get('resumed_from') else 'started fresh'}, "

@@ -9,6 +9,8 @@ import robocode.AdvancedRobot;
 import robocode.BattleEndedEvent;
 import robocode.BulletHitEvent;
 import robocode.DeathEvent;
+import robocode.HitByBulletEvent;
+import robocode.HitWallEvent;
 import robocode.RoundEndedEvent;
 import robocode.Rules;
 import robocode.ScannedRobotEvent;
@@ -35,9 +37,7 @@ import robocode.util.Utils;
 public class SacbotRobot extends AdvancedRobot {
     static final int OBS = 22;
     static final int ACT = 5;
-    // Reward: the turn's change of the robot's own energy (bullets fired, bullets' hits won back, damage taken,
-    // walls) plus the damage its bullets dealt, in units of REWARD_SCALE energy; the round's outcome +-1. Energy
-    // spent on a miss is a cost: a robot rewarded for hits alone learns to fire at random.
+    // Reward: damage (energy) dealt minus taken, in units of REWARD_SCALE energy; the round's outcome +-1.
     static final double REWARD_SCALE = 50.0;
 
     // One connection and one set of counters for the whole battle: Robocode makes a new robot object each
@@ -54,7 +54,7 @@ public class SacbotRobot extends AdvancedRobot {
     private int skipped;
     private int timeouts;
     private double maxReplyMs;
-    private double lastEnergy;
+    private double lastVelocity;
     private boolean seen;
     private double enemyX;
     private double enemyY;
@@ -74,14 +74,12 @@ public class SacbotRobot extends AdvancedRobot {
         double[] action = new double[ACT];
         while (true) {
             if (episodeOpen) {
-                if (firstStep) {
-                    lastEnergy = getEnergy(); // the first reward counts from here
-                }
                 double[] a = step(observe(), firstStep ? null : takeReward(), false, null);
                 firstStep = false;
                 action = a == null ? new double[ACT] : a; // lost the server: stand still
             }
             apply(action);
+            lastVelocity = getVelocity();
             execute();
         }
     }
@@ -152,9 +150,7 @@ public class SacbotRobot extends AdvancedRobot {
     }
 
     private double takeReward() {
-        double energy = getEnergy();
-        double r = pendingReward + (energy - lastEnergy) / REWARD_SCALE;
-        lastEnergy = energy;
+        double r = pendingReward;
         pendingReward = 0.0;
         return r;
     }
@@ -259,6 +255,16 @@ public class SacbotRobot extends AdvancedRobot {
     @Override
     public void onBulletHit(BulletHitEvent e) {
         pendingReward += Rules.getBulletDamage(e.getBullet().getPower()) / REWARD_SCALE;
+    }
+
+    @Override
+    public void onHitByBullet(HitByBulletEvent e) {
+        pendingReward -= Rules.getBulletDamage(e.getPower()) / REWARD_SCALE;
+    }
+
+    @Override
+    public void onHitWall(HitWallEvent e) {
+        pendingReward -= Rules.getWallHitDamage(lastVelocity) / REWARD_SCALE;
     }
 
     @Override
