@@ -68,7 +68,7 @@ def trained(tmp_path_factory):
     if MISSING:
         pytest.skip(f"Robocode's tests need it: {MISSING}")
     root = tmp_path_factory.mktemp("robocode")
-    done = robocode(root, "--rounds", "3")
+    done = robocode(root, "--rounds", "3", "--hold-ms", "40")  # replies held for the learner: nothing dropped
     return root, done
 
 
@@ -118,6 +118,19 @@ def test_eval_through_robocode_writes_nothing(trained):
     assert "(eval), resumed from" in done.stdout and "won " in done.stdout, done.stdout
     assert json.loads(done.stdout.strip().splitlines()[-1])["mode"] == "eval"
     assert digests(root) == before  # every file, its name and its sha256
+
+
+@needs_robocode
+@pytest.mark.timeout(200)
+def test_eval_with_no_trained_bot_plays_the_shipped_one_from_another_directory(tmp_path):
+    root = tmp_path / "fresh"  # nothing trained here; run from a directory that is not the checkout
+    done = subprocess.run([sys.executable, "-m", "sacbot", "robocode", "--root", str(root), "--rounds", "2", "--eval",
+                           "--battle-timeout", "100"], capture_output=True, text=True, timeout=150, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "plays the shipped Robocode bot, sacbot/bots/robocode.zip" in done.stderr, done.stdout + done.stderr
+    assert "vs sample.SittingDuck: won" in done.stdout, done.stdout
+    assert json.loads(done.stdout.strip().splitlines()[-1])["mode"] == "eval"
+    assert not root.exists()  # eval writes nothing under ROOT
 
 
 @needs_robocode

@@ -33,15 +33,13 @@ from sacbot.robocode.install import (
 from sacbot.robocode.results import ResultsError, parse_results, read_stats, robot_row
 
 log = logging.getLogger("sacbot")
+SHIPPED = "robocode.zip"  # the Robocode bot shipped in the package (sacbot/bots/)
 PROGRESS_S = 30.0  # seconds between a battle's progress lines
 
 # The settings a new bot starts with unless flags after -- say otherwise: a process learner (a thread
-# learner shares the server's GIL, and replies then overran a 10 ms budget at learning's start);
-# TankDuel's learning settings (small rewards: a low initial temperature; n-step returns); and a
-# quarter of an update a turn: a round lasts hundreds of turns, and at one update a turn a half-hour run
-# saw a few hundred rounds (docs/experiments.md).
-SERVE_DEFAULTS = ("--learner", "process", "--init-alpha", "0.02", "--n-step", "5", "--burn-in", "8",
-                  "--utd-ratio", "0.25")
+# learner shares the server's GIL, and replies then overran a 10 ms budget at learning's start), and
+# TankDuel's learning settings (small rewards: a low initial temperature; n-step returns).
+SERVE_DEFAULTS = ("--learner", "process", "--init-alpha", "0.02", "--n-step", "5", "--burn-in", "8")
 OBS_SPACE = {"shape": [OBS_SIZE], "low": -1.0, "high": 1.0}
 ACT_SPACE = {"shape": [ACT_SIZE], "low": -1.0, "high": 1.0}
 
@@ -79,11 +77,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reply-ms", type=int, default=80,
                    help="how long the robot waits for an action before it drops the connection and stands still "
                         "for the rest of the round (default 80; less than --turn-budget-ms)")
-    p.add_argument("--hold-ms", type=float, default=None,
+    p.add_argument("--hold-ms", type=float, default=0.0,
                    help="the most the server holds a turn's reply while the learner is behind (sacbot serve "
                         "--hold-ms), so that the battle plays at the learner's pace and no turn's transition is "
-                        "dropped (default: half of --reply-ms; 0: the battle runs free and the learner takes what it "
-                        "can)")
+                        "dropped; at most half of --reply-ms (default 0: the battle runs free and the learner "
+                        "takes what it can, which learnt best in the runs in docs/experiments.md)")
     p.add_argument("--battle-timeout", type=float, default=3600.0,
                    help="seconds a battle may take before Robocode is killed (default 3600)")
     p.add_argument("--port", type=int, default=0, help="the server's TCP port (default 0: a free one)")
@@ -111,8 +109,6 @@ def check(a) -> None:
     if not 1 <= a.reply_ms < a.turn_budget_ms:
         raise UsageError(f"--reply-ms = {a.reply_ms} is not accepted: expected an integer from 1 to below "
                          f"--turn-budget-ms ({a.turn_budget_ms:g})")
-    if a.hold_ms is None:
-        a.hold_ms = a.reply_ms / 2
     if not 0.0 <= a.hold_ms <= a.reply_ms / 2:
         raise UsageError(f"--hold-ms = {a.hold_ms:g} is not accepted: expected 0 to half of --reply-ms "
                          f"({a.reply_ms / 2:g}), so that a held reply still reaches the robot in time")
@@ -145,8 +141,19 @@ def _eval_root(root: str, bot: str, tmp: str) -> str:
     if os.path.isdir(weights):
         os.symlink(os.path.abspath(weights), os.path.join(sroot, bot, "weights"))
     else:
-        log.info("robocode: no bot trained in %s; --eval plays the shipped Robocode bot", weights)
+        from importlib import resources
+
+        from sacbot.store.pretrained import shipped_dir
+
+        shipped = shipped_dir().joinpath(SHIPPED)
+        if not shipped.is_file():
+            raise UsageError(f"--eval: no bot trained in {weights} and no Robocode bot shipped with this sacbot; "
+                             "train one first (sacbot robocode without --eval)")
         os.makedirs(os.path.join(sroot, bot, "weights"))
+        with resources.as_file(shipped) as src:
+            shutil.copyfile(src, os.path.join(sroot, bot, "weights", "sac_latest.zip"))
+        log.info("robocode: no bot trained in %s; --eval plays the shipped Robocode bot, sacbot/bots/%s "
+                 "(provenance in sacbot/bots/README.md)", weights, SHIPPED)
     return sroot
 
 
@@ -300,11 +307,7 @@ def main(argv: list[str]) -> int:
         try:
             welcome = serve.warm(a.bot)
         except UsageError as e:
-            why = str(e)
-            if a.eval and not os.path.isdir(os.path.join(a.root, a.bot, "weights")):
-                why = (f"--eval: no bot trained in {os.path.join(a.root, a.bot, 'weights')} and no Robocode bot "
-                       "shipped with this sacbot; train one first (sacbot robocode without --eval)")
-            log.error("robocode: %s", why)
+            log.error("robocode: %s", e)
             return 2
         print(f"sacbot robocode: bot {a.bot} ({welcome['mode']}), "
               f"{'resumed from ' + welcome['resumed_from'] if welcome.get('resumed_from') else 'started fresh'}, "

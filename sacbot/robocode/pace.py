@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stand-in", default="sample.SpinBot", help="the sample robot in the sacbot robot's place")
     p.add_argument("--turn-budget-ms", type=float, default=100.0)
     p.add_argument("--reply-ms", type=int, default=80)
-    p.add_argument("--hold-ms", type=float, default=None,
-                   help="sacbot serve --hold-ms (default: half of --reply-ms, as sacbot robocode; 0: free)")
+    p.add_argument("--hold-ms", type=float, default=0.0,
+                   help="sacbot serve --hold-ms (default 0, as sacbot robocode: the battle runs free)")
     a, extra = p.parse_known_args(argv)
     extra = extra[1:] if extra[:1] == ["--"] else extra
     inst = find_install()
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         prepare_workdir(inst, workdir, a.turn_budget_ms)
         subprocess.run([inst.javac, "-cp", inst.jar, "-d", classes, PROBE], check=True, timeout=300)
         port, stats = _free_port(), os.path.join(tmp, "rounds.jsonl")
-        hold = a.reply_ms / 2 if a.hold_ms is None else a.hold_ms
+        hold = a.hold_ms
         serve = Serve(os.path.join(tmp, "serve"), port, False, hold, extra, os.path.join(tmp, "serve.log"))
         try:
             serve.warm("pace")

@@ -43,7 +43,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--opponent", default="sample.SittingDuck")
     ap.add_argument("--minutes", type=float, default=60.0, help="training budget, wall clock (default 60)")
-    ap.add_argument("--rounds", type=int, default=50, help="rounds per training battle (default 50)")
+    ap.add_argument("--rounds", type=int, default=200,
+                    help="rounds per training battle (default 200; each battle starts a JVM and a server, ~20 s)")
     ap.add_argument("--eval-rounds", type=int, default=100, help="eval rounds at the end (default 100)")
     ap.add_argument("--root", default="runs/robocode-bench")
     a = ap.parse_args(argv)
