@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib import resources
 
 from sacbot.robocode import ACT_SIZE, OBS_SIZE, OPPONENTS, ROBOT, ROBOT_ENTRY
 from sacbot.robocode.install import (
@@ -31,6 +32,7 @@ from sacbot.robocode.install import (
     write_battle,
 )
 from sacbot.robocode.results import ResultsError, parse_results, read_stats, robot_row
+from sacbot.store.pretrained import shipped_dir
 
 log = logging.getLogger("sacbot")
 SHIPPED = "robocode.zip"  # the Robocode bot shipped in the package (sacbot/bots/)
@@ -141,10 +143,6 @@ def _eval_root(root: str, bot: str, tmp: str) -> str:
     if os.path.isdir(weights):
         os.symlink(os.path.abspath(weights), os.path.join(sroot, bot, "weights"))
     else:
-        from importlib import resources
-
-        from sacbot.store.pretrained import shipped_dir
-
         shipped = shipped_dir().joinpath(SHIPPED)
         if not shipped.is_file():
             raise UsageError(f"--eval: no bot trained in {weights} and no Robocode bot shipped with this sacbot; "

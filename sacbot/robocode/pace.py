@@ -50,8 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         prepare_workdir(inst, workdir, a.turn_budget_ms)
         subprocess.run([inst.javac, "-cp", inst.jar, "-d", classes, PROBE], check=True, timeout=300)
         port, stats = _free_port(), os.path.join(tmp, "rounds.jsonl")
-        hold = a.hold_ms
-        serve = Serve(os.path.join(tmp, "serve"), port, False, hold, extra, os.path.join(tmp, "serve.log"))
+        serve = Serve(os.path.join(tmp, "serve"), port, False, a.hold_ms, extra, os.path.join(tmp, "serve.log"))
         try:
             serve.warm("pace")
             props = {"sacbot.port": str(port), "sacbot.bot": "pace", "sacbot.opponent": a.opponent,
@@ -65,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                "in_round_ratio": round(mine["in_round_turns_per_s"] / theirs["in_round_turns_per_s"], 4),
                "skipped_turns": sum(r["skipped"] for r in played), "reply_timeouts": sum(r["timeouts"] for r in played),
                "max_reply_ms": max((r["max_reply_ms"] for r in played), default=None),
-               "turn_budget_ms": a.turn_budget_ms, "reply_ms": a.reply_ms, "hold_ms": hold}
+               "turn_budget_ms": a.turn_budget_ms, "reply_ms": a.reply_ms, "hold_ms": a.hold_ms}
     print(json.dumps(out))
     return 0
 

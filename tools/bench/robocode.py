@@ -9,6 +9,7 @@ line (rounds won, turns, the learner's totals) is kept in ROOT/<bot>/run/robocod
 the learning curve: win rate against rounds and env steps.
 
     python tools/bench/robocode.py --opponent sample.SittingDuck --minutes 60 --root runs/rc-duck
+    python tools/bench/robocode.py --opponent sample.SittingDuck --minutes 40 --hold-ms 40   # held
 
 Flags after -- go on to sacbot serve (e.g. -- --seed 3).
 Progress goes to stderr; the last line of stdout is one JSON object.
@@ -47,12 +48,13 @@ def main() -> None:
                     help="rounds per training battle (default 200; each battle starts a JVM and a server, ~20 s)")
     ap.add_argument("--eval-rounds", type=int, default=100, help="eval rounds at the end (default 100)")
     ap.add_argument("--root", default="runs/robocode-bench")
+    ap.add_argument("--hold-ms", default="0", help="sacbot robocode --hold-ms for the training battles (default 0)")
     a = ap.parse_args(argv)
     common = ["--root", a.root, "--opponents", a.opponent]
     t0 = time.monotonic()
     battles = 0
     while time.monotonic() - t0 < a.minutes * 60:
-        battle(common + ["--rounds", str(a.rounds)] + extra, timeout=3 * 3600)
+        battle(common + ["--rounds", str(a.rounds), "--hold-ms", a.hold_ms] + extra, timeout=3 * 3600)
         battles += 1
         print(f"[{(time.monotonic() - t0) / 60:.1f} min] {battles} battles", file=sys.stderr, flush=True)
     train_s = time.monotonic() - t0
