@@ -166,7 +166,9 @@ def test_hold_ms_paces_a_fast_game_to_its_learner_and_nothing_is_dropped(tmp_pat
         assert st["holds"] == (299 if hold_ms else 0)  # every step after the first, in the episode
         if hold_ms:
             assert st["drops"]["transition"] == 0 and st["holds_out"] == 0, st
-            assert st["env_steps_received"] >= 300 - 8  # at most half a queue still on its way
+            # The last hold came after the 299th transition (the 300th ends the episode, unheld): at most half a
+            # queue of those 299 was then still on its way.
+            assert st["env_steps_received"] >= 299 - 8
         else:
             assert st["drops"]["transition"] > 100, st
     assert server.code == 0
