@@ -84,9 +84,6 @@ def parser() -> argparse.ArgumentParser:
                         "--hold-ms), so that the battle plays at the learner's pace and no turn's transition is "
                         "dropped; at most half of --reply-ms (default 0: the battle runs free and the learner "
                         "takes what it can, which learnt best in the runs in docs/experiments.md)")
-    p.add_argument("--action-repeat", type=int, default=1,
-                   help="the turns each action plays: the robot asks for an action every that many turns and "
-                        "sums their rewards (default 1)")
     p.add_argument("--battle-timeout", type=float, default=3600.0,
                    help="seconds a battle may take before Robocode is killed (default 3600)")
     p.add_argument("--port", type=int, default=0, help="the server's TCP port (default 0: a free one)")
@@ -117,8 +114,6 @@ def check(a) -> None:
     if not 0.0 <= a.hold_ms <= a.reply_ms / 2:
         raise UsageError(f"--hold-ms = {a.hold_ms:g} is not accepted: expected 0 to half of --reply-ms "
                          f"({a.reply_ms / 2:g}), so that a held reply still reaches the robot in time")
-    if not 1 <= a.action_repeat <= 50:
-        raise UsageError(f"--action-repeat = {a.action_repeat} is not accepted: expected an integer in [1, 50]")
     if not 1.0 <= a.battle_timeout <= 7 * 86400:
         raise UsageError(f"--battle-timeout = {a.battle_timeout} is not accepted: expected seconds in [1, 604800]")
     if not 0 <= a.port <= 65535:
@@ -243,8 +238,7 @@ def run_battle(a, inst, workdir: str, out_dir: str, opponent: str, port: int) ->
     # The robot's hello at a round's start has 300 turn budgets before Robocode gives up waiting.
     hello_ms = int(min(5000, 250 * a.turn_budget_ms))
     props = {"sacbot.port": str(port), "sacbot.bot": a.bot, "sacbot.opponent": opponent,
-             "sacbot.replyMs": str(a.reply_ms), "sacbot.helloMs": str(hello_ms), "sacbot.stats": stats,
-             "sacbot.repeat": str(a.action_repeat)}
+             "sacbot.replyMs": str(a.reply_ms), "sacbot.helloMs": str(hello_ms), "sacbot.stats": stats}
     # -tps 10000, Robocode's most: without a display Robocode does not hold turns back to a TPS anyway.
     cmd = java_command(inst, os.path.abspath(workdir), battle, results, 10000, props)
     t0 = time.monotonic()
@@ -264,7 +258,6 @@ def run_battle(a, inst, workdir: str, out_dir: str, opponent: str, port: int) ->
         disabled = f.read().count(f"{ROBOT_ENTRY} has skipped too many turns")
     total = (me.score + them.score) or 1
     return {"time": time.time(), "opponent": opponent, "mode": "eval" if a.eval else "train", "rounds": rounds,
-            "action_repeat": a.action_repeat,
             "wins": me.firsts, "win_rate": me.firsts / rounds, "score": me.score, "opponent_score": them.score,
             "score_share": me.score / total, "battle_s": round(seconds, 3),
             "turns": sum(int(r.get("turns", 0)) for r in played),

@@ -49,9 +49,8 @@ def main() -> None:
     ap.add_argument("--eval-rounds", type=int, default=100, help="eval rounds at the end (default 100)")
     ap.add_argument("--root", default="runs/robocode-bench")
     ap.add_argument("--hold-ms", default="0", help="sacbot robocode --hold-ms for the training battles (default 0)")
-    ap.add_argument("--action-repeat", default="1", help="sacbot robocode --action-repeat, training and eval")
     a = ap.parse_args(argv)
-    common = ["--root", a.root, "--opponents", a.opponent, "--action-repeat", a.action_repeat]
+    common = ["--root", a.root, "--opponents", a.opponent]
     t0 = time.monotonic()
     battles = 0
     while time.monotonic() - t0 < a.minutes * 60:

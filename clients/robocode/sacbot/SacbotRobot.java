@@ -27,8 +27,7 @@ import robocode.util.Utils;
  * name for {@code new_episode}), {@code sacbot.replyMs} (how long a reply may take, 5), {@code sacbot.helloMs}
  * (how long the hello may take at a round's start, 2000), {@code sacbot.endMs} (how long an episode's last reply
  * and {@code new_episode}'s may take, 1000), {@code sacbot.stats} (a file that gets one JSON line a round; none
- * when unset), {@code sacbot.repeat} (the turns each action plays: one observation and one reply per that many
- * turns, their rewards summed; 1).
+ * when unset).
  *
  * <p>Robocode waits for a robot's turn only {@code robocode.cpu.constant} ns and skips the turn after it, so a
  * reply later than {@code sacbot.replyMs} drops the connection (the server ends that episode there, nothing made
@@ -72,21 +71,14 @@ public class SacbotRobot extends AdvancedRobot {
         setAdjustGunForRobotTurn(true);
         setAdjustRadarForGunTurn(true);
         startEpisode();
-        int repeat = Math.max(1, Integer.getInteger("sacbot.repeat", 1));
         double[] action = new double[ACT];
-        int left = 0; // turns the last action still plays
         while (true) {
-            boolean decide = episodeOpen && left <= 0;
-            if (decide) {
+            if (episodeOpen) {
                 double[] a = step(observe(), firstStep ? null : takeReward(), false, null);
                 firstStep = false;
                 action = a == null ? new double[ACT] : a; // lost the server: stand still
-                left = repeat;
-            } else if (!episodeOpen) {
-                action = new double[ACT];
             }
-            apply(action, decide);
-            left--;
+            apply(action);
             lastVelocity = getVelocity();
             execute();
         }
@@ -185,11 +177,7 @@ public class SacbotRobot extends AdvancedRobot {
         }
     }
 
-    /**
-     * The action's rates hold for each turn of its {@code sacbot.repeat} turns; it fires only on the turn it was
-     * chosen, when the gun is cool, so a shot leaves along the gun heading the observation showed.
-     */
-    private void apply(double[] a, boolean chosenNow) {
+    private void apply(double[] a) {
         double move = clip(a[0]);
         setMaxVelocity(Math.abs(move) * Rules.MAX_VELOCITY);
         setAhead(move >= 0 ? 1e5 : -1e5);
@@ -197,7 +185,7 @@ public class SacbotRobot extends AdvancedRobot {
         setTurnGunRightRadians(clip(a[2]) * Rules.GUN_TURN_RATE_RADIANS);
         setTurnRadarRightRadians(clip(a[3]) * Rules.RADAR_TURN_RATE_RADIANS);
         double fire = clip(a[4]);
-        if (chosenNow && fire > 0.0 && getGunHeat() == 0.0) { // below 0: hold fire
+        if (fire > 0.0 && getGunHeat() == 0.0) { // below 0: hold fire
             setFire(Rules.MIN_BULLET_POWER + fire * (Rules.MAX_BULLET_POWER - Rules.MIN_BULLET_POWER));
         }
     }
