@@ -9,6 +9,6 @@ the battles.  docs/robocode.md has the observation, action and reward mapping an
 ROBOT = "sacbot.SacbotRobot"
 # Robocode lists a robot compiled into its robots/ folder (no jar) as a development version, with a '*'.
 ROBOT_ENTRY = ROBOT + "*"
-OBS_SIZE = 22
+OBS_SIZE = 24
 ACT_SIZE = 5
 OPPONENTS = ("sample.SittingDuck", "sample.SpinBot", "sample.Walls", "sample.Tracker")

@@ -35,10 +35,12 @@ import robocode.util.Utils;
  * Robocode allows a robot 300 turns' budget to begin. A server that is gone costs one refused connect a round.
  */
 public class SacbotRobot extends AdvancedRobot {
-    static final int OBS = 22;
+    static final int OBS = 24;
     static final int ACT = 5;
     // Reward: damage (energy) dealt minus taken, in units of REWARD_SCALE energy; the round's outcome +-1.
     static final double REWARD_SCALE = 50.0;
+    // The fine gun and radar angles: tanh(angle / 10 degrees).
+    static final double FINE_ANGLE = Math.toRadians(10.0);
 
     // One connection and one set of counters for the whole battle: Robocode makes a new robot object each
     // round but keeps the class, and its statics, until the battle ends.
@@ -225,6 +227,10 @@ public class SacbotRobot extends AdvancedRobot {
             o[19] = Utils.normalRelativeAngle(toEnemy - getGunHeadingRadians()) / Math.PI;
             o[20] = Utils.normalRelativeAngle(toEnemy - getRadarHeadingRadians()) / Math.PI;
             o[21] = 1;
+            // The angles again, fine near zero: a shot hits within a few degrees, which is 0.01-0.03 on the
+            // scale of o[19] and a quarter or more on this one.
+            o[22] = Math.tanh(Utils.normalRelativeAngle(toEnemy - getGunHeadingRadians()) / FINE_ANGLE);
+            o[23] = Math.tanh(Utils.normalRelativeAngle(toEnemy - getRadarHeadingRadians()) / FINE_ANGLE);
         } else {
             o[13] = 1;
             o[18] = 1;
