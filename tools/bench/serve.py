@@ -11,6 +11,7 @@ process then holds no learner thread).  Last line is JSON.
 
     python tools/bench/serve.py --ticks 100000 --warmup 1500
     python tools/bench/serve.py --ticks 100000 --load 2     # and 2 busy processes: every core taken
+    python tools/bench/serve.py --ticks 100000 --load 2 --load-nice 10   # ... at the learner's priority
     python tools/bench/serve.py --ticks 100000 --learner process
 
 The Java arms need javac and Debian's msgpack-core jar (./tools/setup.sh java); without them they
@@ -98,7 +99,8 @@ def java_classes(tmp: str) -> str | None:
     return f"{out}{os.pathsep}{jars[0]}"
 
 
-def busy(stop) -> None:
+def busy(stop, nice: int) -> None:
+    os.nice(nice)
     while not stop.is_set():
         sum(i * i for i in range(10_000))
 
@@ -110,6 +112,10 @@ def main() -> None:
     p.add_argument("--obs-dim", type=int, default=35, help="TankDuel's observation size")
     p.add_argument("--act-dim", type=int, default=2)
     p.add_argument("--load", type=int, default=0, help="busy processes beside the server and the game")
+    p.add_argument("--load-nice", type=int, default=0,
+                   help="the niceness the busy processes add to their own (default 0; the learner's own "
+                        "learner_nice, 10, makes them stand for more of the bot's own learning)")
+    p.add_argument("--java-opts", default="", help="options for the Java arms' JVM, e.g. -XX:+UseSerialGC")
     p.add_argument("--arms", default="agent,python-tcp,python-unix,java-tcp,java-unix")
     p.add_argument("--learner", choices=("shared", "process"), default="shared",
                    help="shared: one thread learner in the server that every arm's bot feeds (default); process: "
@@ -117,7 +123,7 @@ def main() -> None:
     args, server_args = p.parse_known_args()
     arms = args.arms.split(",")
     stop = multiprocessing.Event()
-    hogs = [multiprocessing.Process(target=busy, args=(stop,), daemon=True) for _ in range(args.load)]
+    hogs = [multiprocessing.Process(target=busy, args=(stop, args.load_nice), daemon=True) for _ in range(args.load)]
     for h in hogs:
         h.start()
     results: dict = {}
@@ -153,7 +159,8 @@ def main() -> None:
                             results[arm] = "skipped: no javac or msgpack-core jar (./tools/setup.sh java)"
                         else:
                             flag = ["--port", str(port)] if transport == "tcp" else ["--socket", sock]
-                            r = subprocess.run(["java", "-cp", cp, "sacbot.Bench", *flag, "--ticks", str(args.ticks),
+                            r = subprocess.run(["java", *args.java_opts.split(), "-cp", cp, "sacbot.Bench", *flag,
+                                                "--ticks", str(args.ticks),
                                                 "--warmup", str(args.warmup), "--obs-dim", str(args.obs_dim),
                                                 "--act-dim", str(args.act_dim), "--bot", f"bench-{arm}"],
                                                capture_output=True, text=True, timeout=3600)
@@ -171,6 +178,7 @@ def main() -> None:
         for h in hogs:
             h.join(5)
     print(json.dumps({"ticks": args.ticks, "warmup": args.warmup, "obs_dim": args.obs_dim, "load": args.load,
+                      "load_nice": args.load_nice, "java_opts": args.java_opts,
                       "learner": args.learner,
                       "cpus": os.cpu_count(), **results}))
 

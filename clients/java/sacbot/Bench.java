@@ -1,11 +1,14 @@
 package sacbot;
 
+import java.lang.management.GarbageCollectorMXBean;
+import java.lang.management.ManagementFactory;
 import java.util.Arrays;
 import java.util.Random;
 
 /**
  * Times {@code step} round trips against a running {@code sacbot serve} (tools/bench/serve.py runs it):
- * one episode of {@code --warmup} then {@code --ticks} timed steps, back to back. Prints one JSON line.
+ * one episode of {@code --warmup} then {@code --ticks} timed steps, back to back. Prints one JSON line, with the
+ * JVM's garbage collections during the timed steps (a collection's pause lands in some step's round trip).
  *
  * <pre>java -cp OUT:/usr/share/java/msgpack-core.jar sacbot.Bench --port 7373 --ticks 100000 [--socket PATH]</pre>
  */
@@ -45,9 +48,11 @@ public final class Bench {
             double[] o = new double[obsDim];
             Double reward = null;
             long start = 0;
+            long[] gc0 = gc();
             for (int k = 0; k < warmup + ticks; k++) {
                 if (k == warmup) {
                     start = System.nanoTime();
+                    gc0 = gc();
                 }
                 long t0 = System.nanoTime();
                 double[] a = c.step(o, reward, false, false);
@@ -61,12 +66,24 @@ public final class Bench {
                 reward = -Math.abs(a[0]);
             }
             double seconds = (System.nanoTime() - start) / 1e9;
+            long[] gc1 = gc();
             c.step(o, reward, false, true);
             Arrays.sort(times);
             System.out.printf("{\"p50_us\": %.1f, \"p99_us\": %.1f, \"p999_us\": %.1f, \"max_us\": %.1f, \"n\": %d, "
-                    + "\"steps_per_s\": %.1f}%n", pct(times, 0.50), pct(times, 0.99), pct(times, 0.999),
-                    times[ticks - 1] / 1e3, ticks, ticks / seconds);
+                    + "\"steps_per_s\": %.1f, \"gc_count\": %d, \"gc_ms\": %d}%n", pct(times, 0.50), pct(times, 0.99),
+                    pct(times, 0.999), times[ticks - 1] / 1e3, ticks, ticks / seconds, gc1[0] - gc0[0], gc1[1] - gc0[1]);
         }
+    }
+
+    /** Collections so far and their total time (ms), over every collector of this JVM. */
+    private static long[] gc() {
+        long n = 0;
+        long ms = 0;
+        for (GarbageCollectorMXBean b : ManagementFactory.getGarbageCollectorMXBeans()) {
+            n += Math.max(0, b.getCollectionCount());
+            ms += Math.max(0, b.getCollectionTime());
+        }
+        return new long[] {n, ms};
     }
 
     private static double pct(long[] sorted, double q) {
