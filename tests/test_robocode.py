@@ -17,6 +17,7 @@ import time
 import pytest
 from helpers import wait_until
 
+from sacbot.robocode import OBS_SIZE
 from sacbot.robocode.install import RobocodeMissing, find_install
 from sacbot.robocode.results import parse_results, read_stats
 from sacbot.store import checkpoint as ck
@@ -78,8 +79,11 @@ def test_a_learning_battle_checkpoints_and_its_wins_match_the_bots_episodes(trai
     root, done = trained
     assert done.returncode == 0, done.stdout + done.stderr
     assert "started fresh" in done.stdout and "vs sample.SittingDuck: won" in done.stdout, done.stdout
-    meta = ck.read_checkpoint(newest_checkpoint(root))["meta"]  # verifies the file's digests
+    saved = ck.read_checkpoint(newest_checkpoint(root))  # verifies the file's digests
+    meta, manifest = saved["meta"], saved["manifest"]
     assert meta["env_steps"] > 0 and meta["episodes"] >= 1, meta
+    # One battle per opponent: a replay cleared at each change would leave a learner nothing to learn from.
+    assert manifest["config"]["opponent_policy"] == "keep" and manifest["spaces"]["obs_shape"] == [OBS_SIZE]
     (summary,) = [json.loads(line) for line in open(root / "robocode" / "run" / "robocode.jsonl")]
     with open(summary["results_file"], encoding="utf-8") as f:
         rounds, rows = parse_results(f.read())
