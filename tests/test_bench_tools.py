@@ -188,6 +188,8 @@ def test_bench_tankduel_refuses_runs_it_cannot_evaluate(pendulum_w, radar_w, tmp
     ("bench/serve", ["--ticks", "40", "--warmup", "10", "--arms", "agent,python-tcp,python-unix"],
      lambda r: r["agent_act_in_process"]["n"] == 40 and r["python-tcp"]["n"] == 40
      and r["python-unix"]["p999_us"] >= r["python-unix"]["p50_us"] > 0),
+    ("bench/serve", ["--ticks", "40", "--warmup", "10", "--arms", "python-tcp,python-unix", "--learner", "process"],
+     lambda r: r["learner"] == "process" and r["python-tcp"]["n"] == r["python-unix"]["n"] == 40),
 ])
 def test_each_benchmark_runs_at_smoke_size_and_prints_its_json_line(tool, args, check):
     p = subprocess.run([sys.executable, str(TOOLS / f"{tool}.py"), *args], capture_output=True, text=True, timeout=170)

@@ -6,8 +6,9 @@ are in: the learner saturated) and a game that steps back to back: one episode o
 then ``--ticks`` timed steps per arm, each arm its own bot.  The reference arm is an Agent in this
 process with its own thread learner, timed on ``act()`` alone.  The server runs one learner that
 every arm's bot feeds (``--shared-learner``), so one learner is saturated throughout, not one more
-per arm; with ``--learner process`` each arm's bot has its own learner process instead (the server's
-process then holds no learner thread).  Last line is JSON.
+per arm; with ``--learner process`` each arm's bot has its own learner process instead, in a server of
+its own (the server's process then holds no learner thread, and no arm plays beside the learners of
+the arms before it: a bot stays loaded, training, after its game closes).  Last line is JSON.
 
     python tools/bench/serve.py --ticks 100000 --warmup 1500
     python tools/bench/serve.py --ticks 100000 --load 2     # and 2 busy processes: every core taken
@@ -105,6 +106,58 @@ def busy(stop, nice: int) -> None:
         sum(i * i for i in range(10_000))
 
 
+class Server:
+    """``sacbot serve`` on a free TCP port and a Unix socket, for the length of a ``with``."""
+
+    def __init__(self, tmp: str, name: str, flags: list[str]):
+        self.sock = os.path.join(tmp, f"serve-{name}.sock")
+        root = os.path.join(tmp, f"root-{name}")
+        self.proc = subprocess.Popen([sys.executable, "-m", "sacbot", "serve", "--root", root, "--port", "0",
+                                      "--socket", self.sock, *flags], stderr=subprocess.PIPE, text=True)
+        self.port = None
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:  # the server's own "listening" line gives the port it bound
+            if "listening on tcp 127.0.0.1:" in line:
+                self.port = int(line.split("127.0.0.1:")[1].split()[0].rstrip(","))
+                break
+        if self.port is None:
+            self.proc.kill()
+            raise SystemExit("the server did not start")
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=120)
+
+
+def run_arm(arm: str, server: Server, cp: str | None, args, results: dict) -> None:
+    lang, _, transport = arm.partition("-")
+    obs = {"shape": [args.obs_dim], "low": -1.0, "high": 1.0}
+    act = {"shape": [args.act_dim], "low": -1.0, "high": 1.0}
+    where = {"port": server.port} if transport == "tcp" else {"socket_path": server.sock}
+    if lang == "python":
+        with SacbotClient(f"bench-{arm}", obs, act, **where) as c:
+            results[arm] = measure(c, args.obs_dim, args.warmup, args.ticks, seed=0)
+    elif lang == "java":
+        if cp is None:
+            results[arm] = "skipped: no javac or msgpack-core jar (./tools/setup.sh java)"
+        else:
+            flag = ["--port", str(server.port)] if transport == "tcp" else ["--socket", server.sock]
+            r = subprocess.run(["java", *args.java_opts.split(), "-cp", cp, "sacbot.Bench", *flag,
+                                "--ticks", str(args.ticks), "--warmup", str(args.warmup),
+                                "--obs-dim", str(args.obs_dim), "--act-dim", str(args.act_dim),
+                                "--bot", f"bench-{arm}"],
+                               capture_output=True, text=True, timeout=3600)
+            if r.returncode != 0:
+                raise SystemExit(f"the Java bench failed: {r.stderr[-2000:]}")
+            results[arm] = json.loads(r.stdout.strip().splitlines()[-1])
+    else:
+        return
+    print(f"{arm}: {results[arm]}", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ticks", type=int, default=5000)
@@ -133,46 +186,17 @@ def main() -> None:
                 results["agent_act_in_process"] = in_process(args, tmp)
                 print(f"agent.act in process: {results['agent_act_in_process']}", flush=True)
             cp = java_classes(tmp) if any(a.startswith("java") for a in arms) else None
-            sock = os.path.join(tmp, "serve.sock")
-            learners = ["--shared-learner"] if args.learner == "shared" else ["--learner", "process"]
-            server = subprocess.Popen([sys.executable, "-m", "sacbot", "serve", "--root", os.path.join(tmp, "root"),
-                                       "--port", "0", "--socket", sock, *learners, *server_args],
-                                      stderr=subprocess.PIPE, text=True)
-            try:
-                port = None
-                for line in server.stderr:  # the server's own "listening" line gives the port it bound
-                    if "listening on tcp 127.0.0.1:" in line:
-                        port = int(line.split("127.0.0.1:")[1].split()[0].rstrip(","))
-                        break
-                if port is None:
-                    raise SystemExit("the server did not start")
-                obs = {"shape": [args.obs_dim], "low": -1.0, "high": 1.0}
-                act = {"shape": [args.act_dim], "low": -1.0, "high": 1.0}
+            if args.learner == "shared":
+                with Server(tmp, "all", ["--shared-learner", *server_args]) as server:
+                    for arm in arms:
+                        run_arm(arm, server, cp, args, results)
+            else:
+                # A bot stays loaded, its learner training, after its game closes: a server per arm,
+                # so that every arm plays beside one learner, not beside those of the arms before it.
                 for arm in arms:
-                    lang, _, transport = arm.partition("-")
-                    where = {"port": port} if transport == "tcp" else {"socket_path": sock}
-                    if lang == "python":
-                        with SacbotClient(f"bench-{arm}", obs, act, **where) as c:
-                            results[arm] = measure(c, args.obs_dim, args.warmup, args.ticks, seed=0)
-                    elif lang == "java":
-                        if cp is None:
-                            results[arm] = "skipped: no javac or msgpack-core jar (./tools/setup.sh java)"
-                        else:
-                            flag = ["--port", str(port)] if transport == "tcp" else ["--socket", sock]
-                            r = subprocess.run(["java", *args.java_opts.split(), "-cp", cp, "sacbot.Bench", *flag,
-                                                "--ticks", str(args.ticks),
-                                                "--warmup", str(args.warmup), "--obs-dim", str(args.obs_dim),
-                                                "--act-dim", str(args.act_dim), "--bot", f"bench-{arm}"],
-                                               capture_output=True, text=True, timeout=3600)
-                            if r.returncode != 0:
-                                raise SystemExit(f"the Java bench failed: {r.stderr[-2000:]}")
-                            results[arm] = json.loads(r.stdout.strip().splitlines()[-1])
-                    else:
-                        continue
-                    print(f"{arm}: {results[arm]}", flush=True)
-            finally:
-                server.terminate()
-                server.wait(timeout=120)
+                    if arm != "agent":
+                        with Server(tmp, arm, ["--learner", "process", *server_args]) as server:
+                            run_arm(arm, server, cp, args, results)
     finally:
         stop.set()
         for h in hogs:
