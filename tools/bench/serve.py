@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -122,14 +123,21 @@ class Server:
                 break
         if self.port is None:
             self.proc.kill()
+            self.proc.wait(timeout=60)
             raise SystemExit("the server did not start")
+        # The rest of its stderr is read and dropped: a full pipe would block the server.
+        threading.Thread(target=self.proc.stderr.read, name="serve-stderr", daemon=True).start()
 
     def __enter__(self) -> Server:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=120)
+        self.proc.terminate()  # SIGTERM: the bots' final saves
+        try:
+            self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=60)
 
 
 def run_arm(arm: str, server: Server, cp: str | None, args, results: dict) -> None:
@@ -174,6 +182,8 @@ def main() -> None:
                    help="shared: one thread learner in the server that every arm's bot feeds (default); process: "
                         "each arm's bot its own learner process")
     args, server_args = p.parse_known_args()
+    if not 0 <= args.load_nice <= 19:
+        p.error(f"--load-nice {args.load_nice}: expected 0 to 19 (a process may lower its own priority only)")
     arms = args.arms.split(",")
     stop = multiprocessing.Event()
     hogs = [multiprocessing.Process(target=busy, args=(stop, args.load_nice), daemon=True) for _ in range(args.load)]
