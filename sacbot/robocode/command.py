@@ -39,7 +39,7 @@ SHIPPED = "robocode.zip"  # the Robocode bot shipped in the package (sacbot/bots
 PROGRESS_S = 30.0  # seconds between a battle's progress lines
 
 # The settings a new bot starts with unless flags after -- say otherwise: a process learner (a thread
-# learner shares the server's GIL, and replies then overran a 10 ms budget at learning's start),
+# learner shares the server's GIL, and replies then overran a 5 ms wait at learning's start),
 # TankDuel's learning settings (small rewards: a low initial temperature; n-step returns), and the
 # replay kept when the opponent changes: each battle is against one opponent, and clearing the
 # replay at every change left the learner a thousand fresh transitions to overfit (a bot that won
