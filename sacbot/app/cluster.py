@@ -97,15 +97,25 @@ def run_cluster(cfg: Config, a: ClusterArgs, stop: threading.Event) -> int:
     # ray.init installs a SIGTERM handler that ends the driver at once: put ours back, so a
     # SIGTERM stops the bots and makes the learner's final save like SIGINT does.
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        if a.address:
-            ray.init(address=a.address, **init)
-        else:
-            ray.init(num_cpus=max(2, int(a.learner_cpus + a.bots * a.bot_cpus + 0.999)), **init)
-    except Exception as e:  # noqa: BLE001 - Ray's ConnectionError and friends: one line, not a trace
-        where = f"join the Ray cluster at {a.address!r}" if a.address else "start a local Ray instance"
-        log.error("cannot %s: %s", where, str(e).strip().splitlines()[-1][:300] if str(e).strip() else type(e).__name__)
-        return 1
+    for attempt in (1, 2):
+        try:
+            if a.address:
+                ray.init(address=a.address, **init)
+            else:
+                ray.init(num_cpus=max(2, int(a.learner_cpus + a.bots * a.bot_cpus + 0.999)), **init)
+            break
+        except Exception as e:  # noqa: BLE001 - Ray's ConnectionError and friends: one line, not a trace
+            # Ray gives a local raylet a fixed 30 s to register; on a machine whose every core is busy it
+            # can take longer (seen once in a test run on 2 loaded cores): a second try usually finds it.
+            if attempt == 1 and not a.address and "timed out during startup" in str(e):
+                log.warning("a local Ray instance did not start within Ray's 30 s (a busy machine?); trying "
+                            "once more")
+                ray.shutdown()
+                continue
+            where = f"join the Ray cluster at {a.address!r}" if a.address else "start a local Ray instance"
+            msg = str(e).strip()
+            log.error("cannot %s: %s", where, msg.splitlines()[-1][:300] if msg else type(e).__name__)
+            return 1
     for s, h in handlers.items():
         signal.signal(s, h)
     try:
