@@ -24,16 +24,14 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import multiprocessing
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 
 import numpy as np
+from benchlib import ServeProcess, cpu_load
 
 from sacbot.serve.client import SacbotClient
 
@@ -101,50 +99,11 @@ def java_classes(tmp: str) -> str | None:
     return f"{out}{os.pathsep}{jars[0]}"
 
 
-def busy(stop, nice: int) -> None:
-    os.nice(nice)
-    while not stop.is_set():
-        sum(i * i for i in range(10_000))
-
-
-class Server:
-    """``sacbot serve`` on a free TCP port and a Unix socket, for the length of a ``with``."""
-
-    def __init__(self, tmp: str, name: str, flags: list[str]):
-        self.sock = os.path.join(tmp, f"serve-{name}.sock")
-        root = os.path.join(tmp, f"root-{name}")
-        self.proc = subprocess.Popen([sys.executable, "-m", "sacbot", "serve", "--root", root, "--port", "0",
-                                      "--socket", self.sock, *flags], stderr=subprocess.PIPE, text=True)
-        self.port = None
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:  # the server's own "listening" line gives the port it bound
-            if "listening on tcp 127.0.0.1:" in line:
-                self.port = int(line.split("127.0.0.1:")[1].split()[0].rstrip(","))
-                break
-        if self.port is None:
-            self.proc.kill()
-            self.proc.wait(timeout=60)
-            raise SystemExit("the server did not start")
-        # The rest of its stderr is read and dropped: a full pipe would block the server.
-        threading.Thread(target=self.proc.stderr.read, name="serve-stderr", daemon=True).start()
-
-    def __enter__(self) -> Server:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.proc.terminate()  # SIGTERM: the bots' final saves
-        try:
-            self.proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=60)
-
-
-def run_arm(arm: str, server: Server, cp: str | None, args, results: dict) -> None:
+def run_arm(arm: str, server: ServeProcess, cp: str | None, args, results: dict) -> None:
     lang, _, transport = arm.partition("-")
     obs = {"shape": [args.obs_dim], "low": -1.0, "high": 1.0}
     act = {"shape": [args.act_dim], "low": -1.0, "high": 1.0}
-    where = {"port": server.port} if transport == "tcp" else {"socket_path": server.sock}
+    where = {"port": server.port} if transport == "tcp" else {"socket_path": server.socket}
     if lang == "python":
         with SacbotClient(f"bench-{arm}", obs, act, **where) as c:
             results[arm] = measure(c, args.obs_dim, args.warmup, args.ticks, seed=0)
@@ -152,7 +111,7 @@ def run_arm(arm: str, server: Server, cp: str | None, args, results: dict) -> No
         if cp is None:
             results[arm] = "skipped: no javac or msgpack-core jar (./tools/setup.sh java)"
         else:
-            flag = ["--port", str(server.port)] if transport == "tcp" else ["--socket", server.sock]
+            flag = ["--port", str(server.port)] if transport == "tcp" else ["--socket", str(server.socket)]
             r = subprocess.run(["java", *args.java_opts.split(), "-cp", cp, "sacbot.Bench", *flag,
                                 "--ticks", str(args.ticks), "--warmup", str(args.warmup),
                                 "--obs-dim", str(args.obs_dim), "--act-dim", str(args.act_dim),
@@ -185,32 +144,25 @@ def main() -> None:
     if not 0 <= args.load_nice <= 19:
         p.error(f"--load-nice {args.load_nice}: expected 0 to 19 (a process may lower its own priority only)")
     arms = args.arms.split(",")
-    stop = multiprocessing.Event()
-    hogs = [multiprocessing.Process(target=busy, args=(stop, args.load_nice), daemon=True) for _ in range(args.load)]
-    for h in hogs:
-        h.start()
     results: dict = {}
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            if "agent" in arms:
-                results["agent_act_in_process"] = in_process(args, tmp)
-                print(f"agent.act in process: {results['agent_act_in_process']}", flush=True)
-            cp = java_classes(tmp) if any(a.startswith("java") for a in arms) else None
-            if args.learner == "shared":
-                with Server(tmp, "all", ["--shared-learner", *server_args]) as server:
-                    for arm in arms:
-                        run_arm(arm, server, cp, args, results)
-            else:
-                # A bot stays loaded, its learner training, after its game closes: a server per arm,
-                # so that every arm plays beside one learner, not beside those of the arms before it.
+    with cpu_load(args.load, args.load_nice), tempfile.TemporaryDirectory() as tmp:
+        if "agent" in arms:
+            results["agent_act_in_process"] = in_process(args, tmp)
+            print(f"agent.act in process: {results['agent_act_in_process']}", flush=True)
+        cp = java_classes(tmp) if any(a.startswith("java") for a in arms) else None
+        if args.learner == "shared":
+            with ServeProcess(os.path.join(tmp, "root"), ["--shared-learner", *server_args],
+                              socket=os.path.join(tmp, "serve.sock")) as server:
                 for arm in arms:
-                    if arm != "agent":
-                        with Server(tmp, arm, ["--learner", "process", *server_args]) as server:
-                            run_arm(arm, server, cp, args, results)
-    finally:
-        stop.set()
-        for h in hogs:
-            h.join(5)
+                    run_arm(arm, server, cp, args, results)
+        else:
+            # A bot stays loaded, its learner training, after its game closes: a server per arm,
+            # so that every arm plays beside one learner, not beside those of the arms before it.
+            for arm in arms:
+                if arm != "agent":
+                    with ServeProcess(os.path.join(tmp, f"root-{arm}"), ["--learner", "process", *server_args],
+                                      socket=os.path.join(tmp, f"serve-{arm}.sock")) as server:
+                        run_arm(arm, server, cp, args, results)
     print(json.dumps({"ticks": args.ticks, "warmup": args.warmup, "obs_dim": args.obs_dim, "load": args.load,
                       "load_nice": args.load_nice, "java_opts": args.java_opts,
                       "learner": args.learner,

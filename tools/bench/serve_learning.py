@@ -28,6 +28,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+from benchlib import ServeProcess  # noqa: E402 - found on the path set above
 
 ENV = "Pendulum-v1"
 SACBOT = [sys.executable, "-m", "sacbot"]
@@ -55,19 +56,10 @@ def serve_arm(tmp: str, steps: int, seed: int, episodes: int) -> float:
     from sacbot.serve.client import SacbotClient
 
     root = os.path.join(tmp, f"serve-{seed}")
-    server = subprocess.Popen(SACBOT + ["serve", "--root", root, "--port", "0", "--env", ENV, "--pace", "lockstep",
-                                        "--seed", str(seed)], stderr=subprocess.PIPE, text=True)
-    try:
-        port = None
-        for line in server.stderr:  # the server's "listening" line gives the port it bound
-            if "listening on tcp 127.0.0.1:" in line:
-                port = int(line.split("127.0.0.1:")[1].split()[0].rstrip(","))
-                break
-        if port is None:
-            raise SystemExit("bench_serve_learning: the server did not start")
+    with ServeProcess(root, ["--env", ENV, "--pace", "lockstep", "--seed", str(seed)], stop_timeout=600) as server:
         env = gym.make(ENV)
         played, k = 0, 0
-        with SacbotClient("pendulum", env.observation_space, env.action_space, port=port, timeout=600) as bot:
+        with SacbotClient("pendulum", env.observation_space, env.action_space, port=server.port, timeout=600) as bot:
             while played < steps:
                 # As sacbot run's driver seeds its episodes: the run's seed plus the episode's index.
                 obs, _ = env.reset(seed=seed + k)
@@ -79,11 +71,8 @@ def serve_arm(tmp: str, steps: int, seed: int, episodes: int) -> float:
                     if played >= steps and not (term or trunc):
                         trunc = True  # the budget ends the last episode, as --steps does
                 k += 1
-    finally:
-        server.terminate()  # SIGTERM: every bot's final save
-        server.communicate(timeout=600)
-    if server.returncode != 0:
-        raise SystemExit(f"bench_serve_learning: the server exited {server.returncode}")
+    if server.proc.returncode != 0:  # it ended on SIGTERM with every bot's final save, or it did not
+        raise SystemExit(f"bench_serve_learning: the server exited {server.proc.returncode}")
     return score(os.path.join(root, "pendulum", "weights", "sac_latest.zip"), episodes, seed)
 
 

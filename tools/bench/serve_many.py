@@ -14,13 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 
 import numpy as np
+from benchlib import ServeProcess
 
 from sacbot.serve.client import SacbotClient
 
@@ -84,36 +83,23 @@ def main() -> None:
     args, server_args = p.parse_known_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "root")
-        server = subprocess.Popen([sys.executable, "-m", "sacbot", "serve", "--root", root, "--port", "0",
-                                   "--max-bots", str(args.clients), "--max-connections", str(args.clients + 8),
-                                   *server_args], stderr=subprocess.PIPE, text=True)
-        try:
-            port = None
-            for line in server.stderr:
-                if "listening on tcp 127.0.0.1:" in line:
-                    port = int(line.split("127.0.0.1:")[1].split()[0].rstrip(","))
-                    break
-            if port is None:
-                raise SystemExit("the server did not start")
-            threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()  # keep it drained
+        flags = ["--max-bots", str(args.clients), "--max-connections", str(args.clients + 8), *server_args]
+        with ServeProcess(root, flags, stop_timeout=300) as server:
             out: dict = {}
             start = time.monotonic() + 5.0  # every game connects, then all start on one clock
-            threads = [threading.Thread(target=game, args=(f"g{i:02d}", {"port": port}, args.tps, args.seconds,
-                                                            args.episode, out, start), name=f"game-{i}")
+            threads = [threading.Thread(target=game, args=(f"g{i:02d}", {"port": server.port}, args.tps,
+                                                            args.seconds, args.episode, out, start), name=f"game-{i}")
                        for i in range(args.clients)]
             for t in threads:
                 t.start()
             memory = []
             while any(t.is_alive() for t in threads):
-                memory.append((round(time.monotonic() - start, 1), round(rss_mb(server.pid), 1)))
+                memory.append((round(time.monotonic() - start, 1), round(rss_mb(server.proc.pid), 1)))
                 time.sleep(min(10.0, max(1.0, args.seconds / 60)))
             for t in threads:
                 t.join()
             with open(os.path.join(root, "status.json")) as fh:
                 status = json.load(fh)
-        finally:
-            server.terminate()
-            server.wait(timeout=300)
     games = list(out.values())
     errors = [g for g in games if "error" in g]
     sent, answered = sum(g["sent"] for g in games), sum(g["answered"] for g in games)
