@@ -219,10 +219,11 @@ def test_two_games_at_once_each_bot_with_its_own_learner_process(tmp_path):
         assert meta["env_steps"] == 12
 
 
-@pytest.mark.timeout(120)
-def test_a_shared_learner_trains_one_bot_on_every_games_experience_and_saves_it_once(tmp_path):
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("learner", ["thread", "process"])
+def test_a_shared_learner_trains_one_bot_on_every_games_experience_and_saves_it_once(tmp_path, learner):
     root = tmp_path / "root"
-    with serving(tmp_path, shared_learner=True, cfg={"learning_starts": 8}) as server:
+    with serving(tmp_path, shared_learner=True, cfg={"learning_starts": 8, "learner": learner}) as server:
         games = [client(server, name) for name in ("left", "right")]
         for c in games:
             c.connect()
@@ -233,7 +234,8 @@ def test_a_shared_learner_trains_one_bot_on_every_games_experience_and_saves_it_
                    "the shared learner to take in both games' 60 transitions")
         st = server.status()
         assert st["shared_learner"]["sources"] == {"left": 0, "right": 1}
-        assert {st["bots"][n]["learner_pid"] for n in ("left", "right")} == {os.getpid()}
+        pids = {st["bots"][n]["learner_pid"] for n in ("left", "right")}
+        assert len(pids) == 1 and (pids == {os.getpid()}) == (learner == "thread"), pids  # one learner, theirs
         # Another game's spaces are refused: the shared learner learns the first bot's.
         other = client(server, "wide", obs={"shape": [4], "low": -1.0, "high": 1.0})
         with pytest.raises(ServerError) as e:
@@ -247,7 +249,7 @@ def test_a_shared_learner_trains_one_bot_on_every_games_experience_and_saves_it_
     assert not (root / "left" / "weights" / "sac_latest.zip").exists()  # no bot saves a learner of its own
     assert (root / "left" / "run" / "episodes.jsonl").exists() and (root / "right" / "run" / "episodes.jsonl").exists()
     # A restarted server resumes the shared bot, and a returning game keeps its source.
-    with serving(tmp_path, shared_learner=True, cfg={"learning_starts": 8}) as server:
+    with serving(tmp_path, shared_learner=True, cfg={"learning_starts": 8, "learner": learner}) as server:
         c = client(server, "right")
         c.connect()
         play(c, 5)
@@ -256,15 +258,15 @@ def test_a_shared_learner_trains_one_bot_on_every_games_experience_and_saves_it_
     assert ck.read_checkpoint(str(root / "_shared" / "weights" / "sac_latest.zip"))["meta"]["env_steps"] == 65
 
 
-def test_a_shared_learner_refuses_lockstep_and_a_learner_process(tmp_path):
+def test_a_shared_learner_refuses_lockstep(tmp_path):
     from sacbot.app.cli import _parser
     from sacbot.serve.command import serve_config
 
-    for extra, says in ((["--pace", "lockstep"], "pace = 'lockstep' is not accepted with --shared-learner"),
-                        (["--learner", "process"], "learner = 'process' is not accepted with --shared-learner")):
-        args = _parser().parse_args(["serve", "--shared-learner", *extra])
-        with pytest.raises(ConfigError, match=says):
-            serve_config(args, env={})
+    args = _parser().parse_args(["serve", "--shared-learner", "--pace", "lockstep"])
+    with pytest.raises(ConfigError, match="pace = 'lockstep' is not accepted with --shared-learner"):
+        serve_config(args, env={})
+    assert serve_config(_parser().parse_args(["serve", "--shared-learner", "--learner", "process"]),
+                        env={}).learner == "process"
 
 
 @pytest.mark.timeout(120)

@@ -49,6 +49,26 @@ def test_a_batch_carries_each_run_of_transitions_as_one_block_of_columns():
             decode_batch(encode_batch([bad]))
 
 
+def test_the_process_learners_pipe_keeps_each_bots_source_on_its_rows():
+    """A shared learner in a process (sacbot serve --shared-learner --learner process) gets
+    (source, message) pairs: each run of one source crosses as one tagged batch, in order; a bot's
+    own learner gets plain messages, as before."""
+    from sacbot.learning.process_learner import decode_run, encode_runs
+    from sacbot.wire.messages import pack
+
+    sent = [(0, NewEpisode("a")), (0, tr(1)), (0, tr(2)), (3, NewEpisode("b")), (3, tr(7)), (0, tr(3)), Shutdown("s")]
+    pipe = encode_runs(sent)
+    assert len(pipe) == 4  # runs: source 0, source 3, source 0, and the plain Shutdown
+    got = [item for data in pipe for item in decode_run(data)]
+    assert [(s, type(m).__name__) for s, m in got[:-1]] == [(0, "NewEpisode"), (0, "Transitions"), (3, "NewEpisode"),
+                                                             (3, "Transitions"), (0, "Transitions")]
+    assert got[1][1].rows() == [tr(1), tr(2)] and got[3][1].rows() == [tr(7)] and got[-1] == Shutdown("s")
+    assert decode_run(encode_runs([NewEpisode("x"), tr(5)])[0])[1].rows() == [tr(5)]  # one bot: no tags
+    for bad in ({"source": -1, "batch": b""}, {"source": "0", "batch": b""}, {"source": 1, "batch": [1]}):
+        with pytest.raises(MessageError, match="sourced batch"):
+            decode_run(pack(bad))
+
+
 def test_a_block_counts_as_its_length_in_a_channel_and_goes_in_whole():
     from sacbot.wire.messages import Transitions
 

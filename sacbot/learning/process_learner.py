@@ -81,7 +81,8 @@ class ProcessLearner(LearnerLink):
                 continue
             batch = [msg] + self.outbox.drain()
             try:
-                self._to_child.send_bytes(encode_batch(batch))
+                for data in encode_runs(batch):
+                    self._to_child.send_bytes(data)
             except (OSError, ValueError):  # the child is gone (or we closed the pipe): said so
                 if not self._closed.is_set():
                     self._dead()
@@ -201,6 +202,39 @@ class Reaper:
             return self.proc.exitcode
 
 
+# --- the pipe's bytes ---------------------------------------------------------------------------
+def encode_runs(batch: list) -> list[bytes]:
+    """A batch of the outgoing queue as pipe messages.  An item is a Message, or a (source, Message)
+    pair when many bots feed this learner (sacbot serve --shared-learner): each run of one source's
+    items goes as ``{"source": s, "batch": encode_batch(run)}``, so the child knows whose rows they are."""
+    out: list[bytes] = []
+    i = 0
+    while i < len(batch):
+        source = batch[i][0] if isinstance(batch[i], tuple) else None
+        j = i
+        while j < len(batch) and (batch[j][0] if isinstance(batch[j], tuple) else None) == source:
+            j += 1
+        run = batch[i:j]
+        if source is None:
+            out.append(encode_batch(run))
+        else:
+            out.append(pack({"source": source, "batch": encode_batch([m for _, m in run])}))
+        i = j
+    return out
+
+
+def decode_run(data: bytes) -> list:
+    """One pipe message of :func:`encode_runs`: Messages, or (source, Message) pairs."""
+    if not data or not (0x80 <= data[0] <= 0x8F or data[0] in (0xDE, 0xDF)):  # not a msgpack map: one bot's
+        return decode_batch(data)
+    head = unpack(data)
+    source, inner = head.get("source"), head.get("batch")
+    if type(source) is not int or source < 0 or not isinstance(inner, bytes):
+        raise MessageError(f"a sourced batch needs an int source >= 0 and a bytes batch, got {source!r} and "
+                           f"{type(inner).__name__}")
+    return [(source, m) for m in decode_batch(inner)]
+
+
 # --- the child ----------------------------------------------------------------------------------
 class _ChildPipes:
     """The child's ends: an inbox for :class:`LearnerLoop` (``recv``/``drain``) and the outbox
@@ -236,7 +270,7 @@ class _ChildPipes:
                 return self._orphaned()[0]
             if not self.conn_in.poll(timeout):
                 return None
-            self._buffered = decode_batch(self.conn_in.recv_bytes(MAX_PIPE_MESSAGE))
+            self._buffered = decode_run(self.conn_in.recv_bytes(MAX_PIPE_MESSAGE))
         except (EOFError, OSError):
             self._buffered = self._orphaned()
         return self._buffered.pop(0) if self._buffered else None
@@ -245,7 +279,7 @@ class _ChildPipes:
         out, self._buffered = self._buffered, []
         try:
             while self.conn_in.poll(0):
-                out += decode_batch(self.conn_in.recv_bytes(MAX_PIPE_MESSAGE))
+                out += decode_run(self.conn_in.recv_bytes(MAX_PIPE_MESSAGE))
         except (EOFError, OSError):
             out += self._orphaned()
         return out

@@ -135,9 +135,6 @@ def serve_config(args, env=None) -> Config:
         if cfg.pace == "lockstep":
             raise ConfigError("pace = 'lockstep' is not accepted with --shared-learner: a bot cannot wait for "
                               "updates that every bot's experience shares; use learner (the default) or free")
-        if cfg.learner != "thread":
-            raise ConfigError(f"learner = {cfg.learner!r} is not accepted with --shared-learner: the shared learner "
-                              "runs on a thread of the server (its bots' messages carry their source); use thread")
     if cfg.tensorboard:
         raise ConfigError("tensorboard is not offered by sacbot serve yet; each bot's JSONL files are in "
                           "ROOT/<name>/run (sacbot plot reads them)")

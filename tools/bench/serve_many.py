@@ -2,11 +2,18 @@
 """Many games at once on one ``sacbot serve``: ``--clients`` Python clients, each a thread of this
 process playing at ``--tps`` ticks a second on a fixed clock for ``--seconds``, each its own bot.
 Reports, per the whole run: steps sent and answered (a step with no answer is a dropped step), how
-late each answer came after its tick's start (over 5 ms counts as late), the transitions the
+late each answer came after its tick's start (over 5 ms counts as late) and, apart, each step's
+round trip from send to answer, the transitions the
 server's learner(s) had no room for, and the server's resident memory over time (flat or growing).
 Server flags after the tool's own go to ``sacbot serve`` (``--shared-learner``, say).  Last line is JSON.
 
-    python tools/bench/serve_many.py --clients 32 --tps 30 --seconds 600 --shared-learner
+Each game keeps its own clock.  ``--phases random`` (the default) starts each clock at a random
+offset within one tick, as separate games would; ``--phases aligned`` ticks all of them at the same
+instant, the worst case: 32 steps arrive together every tick and the last one waits for the other 31.
+The memory reported is the server's and its children's (process learners) together, and the
+server's own apart.
+
+    python tools/bench/serve_many.py --clients 32 --tps 30 --seconds 600 --shared-learner --learner process
 """
 
 from __future__ import annotations
@@ -26,20 +33,29 @@ from sacbot.serve.client import SacbotClient
 LATE_MS = 5.0
 
 
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+def rss_mb(pid: int, children: bool = True) -> float:
+    """Resident memory of ``pid`` and (``children``) its descendants: a process learner is a child of the server."""
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/status") as fh:
+                total += next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:")) / 1024
+            # A child is listed under the thread that started it.
+            for task in os.listdir(f"/proc/{p}/task") if children else ():
+                with open(f"/proc/{p}/task/{task}/children") as fh:
+                    todo += [int(c) for c in fh.read().split()]
+        except (OSError, StopIteration):  # gone meanwhile, or a zombie without VmRSS
+            pass
+    return total
 
 
 def game(name: str, where: dict, tps: float, seconds: float, episode: int, out: dict, start: float) -> None:
     obs_space = {"shape": [35], "low": -1.0, "high": 1.0}
     act_space = {"shape": [2], "low": -1.0, "high": 1.0}
     rng = np.random.default_rng(abs(hash(name)) % (1 << 32))
-    sent = answered = late = 0
-    worst, lateness = 0.0, []
+    sent = answered = late = slow = 0
+    worst, lateness, trips = 0.0, [], []
     try:
         with SacbotClient(name, obs_space, act_space, timeout=30, hello_timeout=300, **where) as c:
             k = 0
@@ -55,10 +71,14 @@ def game(name: str, where: dict, tps: float, seconds: float, episode: int, out: 
                         time.sleep(t_next - now)
                     last = t == episode - 1 or t_next + period >= end
                     sent += 1
+                    t_sent = time.monotonic()
                     a = c.step(obs, reward, truncated=last)
-                    done_ms = (time.monotonic() - t_next) * 1e3
+                    t_done = time.monotonic()
+                    done_ms = (t_done - t_next) * 1e3
                     answered += 1
                     lateness.append(done_ms)
+                    trips.append((t_done - t_sent) * 1e3)
+                    slow += trips[-1] > LATE_MS
                     worst = max(worst, done_ms)
                     late += done_ms > LATE_MS
                     k += 1
@@ -71,7 +91,8 @@ def game(name: str, where: dict, tps: float, seconds: float, episode: int, out: 
         out[name] = {"error": f"{type(e).__name__}: {e}", "sent": sent, "answered": answered}
         return
     out[name] = {"sent": sent, "answered": answered, "late": late, "worst_ms": round(worst, 2),
-                 "p99_ms": round(float(np.percentile(lateness, 99)), 2) if lateness else None}
+                 "p99_ms": round(float(np.percentile(lateness, 99)), 2) if lateness else None,
+                 "slow_trips": slow, "trip_ms": trips}
 
 
 def main() -> None:
@@ -80,44 +101,63 @@ def main() -> None:
     p.add_argument("--tps", type=float, default=30.0)
     p.add_argument("--seconds", type=float, default=600.0)
     p.add_argument("--episode", type=int, default=600, help="ticks per episode")
+    p.add_argument("--phases", choices=["random", "aligned"], default="random",
+                   help="each game's clock starts at a random offset within a tick, or all tick together")
+    p.add_argument("--seed", type=int, default=0, help="seeds the random phases")
     args, server_args = p.parse_known_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "root")
         flags = ["--max-bots", str(args.clients), "--max-connections", str(args.clients + 8), *server_args]
         with ServeProcess(root, flags, stop_timeout=300) as server:
             out: dict = {}
-            start = time.monotonic() + 5.0  # every game connects, then all start on one clock
+            start = time.monotonic() + 5.0  # every game connects, then each starts its own clock
+            offsets = (np.random.default_rng(args.seed).uniform(0, 1 / args.tps, args.clients)
+                       if args.phases == "random" else np.zeros(args.clients))
             threads = [threading.Thread(target=game, args=(f"g{i:02d}", {"port": server.port}, args.tps,
-                                                            args.seconds, args.episode, out, start), name=f"game-{i}")
+                                                            args.seconds, args.episode, out, start + float(offsets[i])),
+                                        name=f"game-{i}")
                        for i in range(args.clients)]
             for t in threads:
                 t.start()
             memory = []
             while any(t.is_alive() for t in threads):
-                memory.append((round(time.monotonic() - start, 1), round(rss_mb(server.proc.pid), 1)))
+                memory.append((round(time.monotonic() - start, 1), round(rss_mb(server.proc.pid), 1),
+                               round(rss_mb(server.proc.pid, children=False), 1)))
                 time.sleep(min(10.0, max(1.0, args.seconds / 60)))
             for t in threads:
                 t.join()
             with open(os.path.join(root, "status.json")) as fh:
                 status = json.load(fh)
     games = list(out.values())
+    trips = [t for g in games for t in g.pop("trip_ms", [])]
     errors = [g for g in games if "error" in g]
     sent, answered = sum(g["sent"] for g in games), sum(g["answered"] for g in games)
     late = sum(g.get("late", 0) for g in games)
     learned = status.get("shared_learner") or {}
     drops = sum((b.get("drops") or {}).get("transition", 0) for b in status["bots"].values())
-    first = [m for t, m in memory if t <= 60]
-    last = [m for t, m in memory if t >= args.seconds - 60]
-    result = {"clients": args.clients, "tps": args.tps, "seconds": args.seconds, "server_args": server_args,
+    first = [m for t, m, _ in memory if t <= 60]
+    last = [m for t, m, _ in memory if t >= args.seconds - 60]
+    first_own = [m for t, _, m in memory if t <= 60]
+    last_own = [m for t, _, m in memory if t >= args.seconds - 60]
+    result = {"clients": args.clients, "tps": args.tps, "seconds": args.seconds, "phases": args.phases,
+              "server_args": server_args,
               "steps_sent": sent, "steps_answered": answered, "dropped_steps": sent - answered,
               "games_failed": len(errors), "first_error": errors[0]["error"] if errors else None,
               "late_over_5ms": late, "worst_ms": max((g.get("worst_ms") or 0) for g in games),
               "p99_ms_worst_game": max((g.get("p99_ms") or 0) for g in games),
+              # The round trip alone, from send to answer: a late tick whose trip was short was late
+              # before it was sent (the game's own thread woke late on the busy cores).
+              "round_trips_over_5ms": sum(g.get("slow_trips", 0) for g in games),
+              "round_trip_ms_p50_p99_p999_max": [round(float(x), 2) for x in (
+                  np.percentile(trips, [50, 99, 99.9]).tolist() + [max(trips)])] if trips else None,
               "transitions_dropped_at_learner_queues": drops,
               "learner_transitions_received": learned.get("env_steps_received"),
               "rss_mb_first_minute": round(float(np.median(first)), 1) if first else None,
               "rss_mb_last_minute": round(float(np.median(last)), 1) if last else None,
-              "rss_mb_max": max(m for _, m in memory) if memory else None}
+              "rss_mb_max": max(m for _, m, _ in memory) if memory else None,
+              # The server's own process, without its learner processes (whose replay fills by design).
+              "server_rss_mb_first_minute": round(float(np.median(first_own)), 1) if first_own else None,
+              "server_rss_mb_last_minute": round(float(np.median(last_own)), 1) if last_own else None}
     print(json.dumps(result))
 
 
