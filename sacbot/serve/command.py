@@ -51,7 +51,8 @@ def add_serve_arguments(sp: argparse.ArgumentParser) -> None:
     g.add_argument("--shared-learner", action="store_true",
                    help="one learner that every bot feeds (one policy, one replay, one checkpoint in "
                         "ROOT/_shared/weights; every bot must have the first bot's spaces), instead of one learner "
-                        "per bot; for many instances of one game")
+                        "per bot; for many instances of one game (with --learner process: in a process of its "
+                        "own)")
     g.add_argument("--hold-ms", type=float, default=0.0,
                    help="the most a step's reply may be held while its bot's learner is over half a --queue-size of "
                         "transitions behind (default 0: never; a game's clock is its own). A game that waits for "
