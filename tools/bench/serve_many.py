@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Many games at once on one ``sacbot serve``: ``--clients`` Python clients, each a thread of this
-process playing at ``--tps`` ticks a second on a fixed clock for ``--seconds``, each its own bot.
+process (or, with ``--games-as processes``, a process of its own) playing at ``--tps`` ticks a second on a
+fixed clock for ``--seconds``, each its own bot.
 Reports, per the whole run: steps sent and answered (a step with no answer is a dropped step), how
 late each answer came after its tick's start (over 5 ms counts as late) and, apart, each step's
 round trip from send to answer, the transitions the
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import tempfile
 import threading
@@ -95,6 +97,13 @@ def game(name: str, where: dict, tps: float, seconds: float, episode: int, out: 
                  "slow_trips": slow, "trip_ms": trips}
 
 
+def game_process(name: str, where: dict, tps: float, seconds: float, episode: int, results, start: float) -> None:
+    """One game in a process of its own: ``game``, its result put on ``results``."""
+    out: dict = {}
+    game(name, where, tps, seconds, episode, out, start)
+    results.put(out)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--clients", type=int, default=32)
@@ -104,28 +113,40 @@ def main() -> None:
     p.add_argument("--phases", choices=["random", "aligned"], default="random",
                    help="each game's clock starts at a random offset within a tick, or all tick together")
     p.add_argument("--seed", type=int, default=0, help="seeds the random phases")
+    p.add_argument("--games-as", choices=["threads", "processes"], default="threads",
+                   help="all games threads of this process (default; they share its GIL), or each game a process "
+                        "of its own, as separate games are")
     args, server_args = p.parse_known_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "root")
         flags = ["--max-bots", str(args.clients), "--max-connections", str(args.clients + 8), *server_args]
         with ServeProcess(root, flags, stop_timeout=300) as server:
             out: dict = {}
-            start = time.monotonic() + 5.0  # every game connects, then each starts its own clock
+            # Every game connects, then each starts its own clock (time.monotonic is one clock for
+            # every process of the machine); a process needs a second or so to start.
+            start = time.monotonic() + (5.0 if args.games_as == "threads" else 10.0 + 0.5 * args.clients)
             offsets = (np.random.default_rng(args.seed).uniform(0, 1 / args.tps, args.clients)
                        if args.phases == "random" else np.zeros(args.clients))
-            threads = [threading.Thread(target=game, args=(f"g{i:02d}", {"port": server.port}, args.tps,
-                                                            args.seconds, args.episode, out, start + float(offsets[i])),
-                                        name=f"game-{i}")
-                       for i in range(args.clients)]
-            for t in threads:
-                t.start()
+            ctx = multiprocessing.get_context("spawn")
+            results = ctx.Queue()
+            games = [(threading.Thread if args.games_as == "threads" else ctx.Process)(
+                target=game if args.games_as == "threads" else game_process,
+                args=(f"g{i:02d}", {"port": server.port}, args.tps, args.seconds, args.episode,
+                      out if args.games_as == "threads" else results, start + float(offsets[i])),
+                name=f"game-{i}") for i in range(args.clients)]
+            for g in games:
+                g.start()
             memory = []
-            while any(t.is_alive() for t in threads):
+            done = 0
+            while any(g.is_alive() for g in games) or (args.games_as == "processes" and done < args.clients):
+                while args.games_as == "processes" and not results.empty():
+                    out.update(results.get())  # read as they come: a process exits only once its result is out
+                    done += 1
                 memory.append((round(time.monotonic() - start, 1), round(rss_mb(server.proc.pid), 1),
                                round(rss_mb(server.proc.pid, children=False), 1)))
                 time.sleep(min(10.0, max(1.0, args.seconds / 60)))
-            for t in threads:
-                t.join()
+            for g in games:
+                g.join()
             with open(os.path.join(root, "status.json")) as fh:
                 status = json.load(fh)
     games = list(out.values())
@@ -140,6 +161,7 @@ def main() -> None:
     first_own = [m for t, _, m in memory if t <= 60]
     last_own = [m for t, _, m in memory if t >= args.seconds - 60]
     result = {"clients": args.clients, "tps": args.tps, "seconds": args.seconds, "phases": args.phases,
+              "games_as": args.games_as,
               "server_args": server_args,
               "steps_sent": sent, "steps_answered": answered, "dropped_steps": sent - answered,
               "games_failed": len(errors), "first_error": errors[0]["error"] if errors else None,
