@@ -192,11 +192,13 @@ def test_bench_tankduel_refuses_runs_it_cannot_evaluate(pendulum_w, radar_w, tmp
      lambda r: r["learner"] == "process" and r["python-tcp"]["n"] == r["python-unix"]["n"] == 40),
     # Two games, each its own process, 2 s at 30 ticks/s, on a shared learner in a process: every
     # step answered, and the learner took the games' transitions.
+    # Then the same games against the yardstick server (--floor).
     ("bench/serve_many", ["--clients", "2", "--tps", "30", "--seconds", "2", "--games-as", "processes",
-                          "--shared-learner", "--learner", "process"],
+                          "--shared-learner", "--learner", "process", "--floor"],
      lambda r: r["games_failed"] == 0 and r["steps_answered"] == r["steps_sent"] and 110 <= r["steps_sent"] <= 122
      and r["learner_transitions_received"] >= r["steps_sent"] - 2 - 8
-     and r["round_trip_ms_p50_p99_p999_max"][0] > 0 and r["server_rss_mb_first_minute"] > 0),
+     and r["round_trip_ms_p50_p99_p999_max"][0] > 0 and r["server_rss_mb_first_minute"] > 0
+     and r["floor"]["steps_answered"] == r["floor"]["steps_sent"] == r["steps_sent"]),
 ])
 def test_each_benchmark_runs_at_smoke_size_and_prints_its_json_line(tool, args, check):
     p = subprocess.run([sys.executable, str(TOOLS / f"{tool}.py"), *args], capture_output=True, text=True, timeout=170)

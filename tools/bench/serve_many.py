@@ -14,7 +14,10 @@ instant, the worst case: 32 steps arrive together every tick and the last one wa
 The memory reported is the server's and its children's (process learners) together, and the
 server's own apart.
 
-    python tools/bench/serve_many.py --clients 32 --tps 30 --seconds 600 --shared-learner --learner process
+``--floor`` then plays the same games against a yardstick server that answers at once from one
+selector loop, with no bot behind it: what the machine and this harness cost on their own.
+
+    python tools/bench/serve_many.py --clients 32 --tps 30 --seconds 600 --floor --shared-learner --learner process
 """
 
 from __future__ import annotations
@@ -104,6 +107,105 @@ def game_process(name: str, where: dict, tps: float, seconds: float, episode: in
     results.put(out)
 
 
+def play(args, port: int, server_pid: int | None) -> tuple[dict, list]:
+    """Every game against the server on ``port``, to the end; their results by name, and the
+    server's memory over time (when ``server_pid`` is given)."""
+    out: dict = {}
+    # Every game connects, then each starts its own clock (time.monotonic is one clock for every
+    # process of the machine); a process needs a second or so to start.
+    start = time.monotonic() + (5.0 if args.games_as == "threads" else 10.0 + 0.5 * args.clients)
+    offsets = (np.random.default_rng(args.seed).uniform(0, 1 / args.tps, args.clients)
+               if args.phases == "random" else np.zeros(args.clients))
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    games = [(threading.Thread if args.games_as == "threads" else ctx.Process)(
+        target=game if args.games_as == "threads" else game_process,
+        args=(f"g{i:02d}", {"port": port}, args.tps, args.seconds, args.episode,
+              out if args.games_as == "threads" else results, start + float(offsets[i])),
+        name=f"game-{i}") for i in range(args.clients)]
+    for g in games:
+        g.start()
+    memory = []
+    done = 0
+    while any(g.is_alive() for g in games) or (args.games_as == "processes" and done < args.clients):
+        while args.games_as == "processes" and not results.empty():
+            out.update(results.get())  # read as they come: a process exits only once its result is out
+            done += 1
+        if server_pid is not None:
+            memory.append((round(time.monotonic() - start, 1), round(rss_mb(server_pid), 1),
+                           round(rss_mb(server_pid, children=False), 1)))
+        time.sleep(min(10.0, max(1.0, args.seconds / 60)))
+    for g in games:
+        g.join()
+    return out, memory
+
+
+def summary(games: list[dict]) -> dict:
+    """What the games saw: steps, lateness, round trips (each game's ``trip_ms`` is taken out)."""
+    trips = [t for g in games for t in g.pop("trip_ms", [])]
+    errors = [g for g in games if "error" in g]
+    sent, answered = sum(g["sent"] for g in games), sum(g["answered"] for g in games)
+    return {"steps_sent": sent, "steps_answered": answered, "dropped_steps": sent - answered,
+            "games_failed": len(errors), "first_error": errors[0]["error"] if errors else None,
+            "late_over_5ms": int(sum(g.get("late", 0) for g in games)),
+            "worst_ms": max((g.get("worst_ms") or 0) for g in games),
+            "p99_ms_worst_game": max((g.get("p99_ms") or 0) for g in games),
+            # The round trip alone, from send to answer: a late tick whose trip was short was late
+            # before it was sent (the game's own thread woke late on the busy cores).
+            "round_trips_over_5ms": int(sum(g.get("slow_trips", 0) for g in games)),
+            "round_trip_ms_p50_p99_p999_max": [round(float(x), 2) for x in (
+                np.percentile(trips, [50, 99, 99.9]).tolist() + [max(trips)])] if trips else None}
+
+
+def floor_server(ports) -> None:
+    """The yardstick's server (a process of its own): hello, new_episode, step and close answered at
+    once, from one selector loop, with no bot, act or learner behind them."""
+    import selectors
+    import socket
+    import struct
+
+    import msgpack
+
+    header = struct.Struct(">I")  # the protocol's frame: a 4-byte big-endian length, then msgpack
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ, None)
+    ports.put(listener.getsockname()[1])
+    pending: dict = {}
+    while True:
+        for key, _ in sel.select():
+            if key.data is None:
+                conn, _ = listener.accept()
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                pending[conn] = b""
+                sel.register(conn, selectors.EVENT_READ, "game")
+                continue
+            conn = key.fileobj
+            data = conn.recv(1 << 16)
+            if not data:
+                sel.unregister(conn)
+                conn.close()
+                continue
+            buf = pending[conn] + data
+            while len(buf) >= 4 and len(buf) >= 4 + header.unpack(buf[:4])[0]:
+                n = header.unpack(buf[:4])[0]
+                msg, buf = msgpack.unpackb(buf[4:4 + n]), buf[4 + n:]
+                kind = msg["type"]
+                if kind == "hello":
+                    reply = {"type": "welcome", "version": 1, "bot": msg["bot"], "ticks": 0, "episodes": 0}
+                elif kind == "new_episode":
+                    reply = {"type": "ok", "episode": 0}
+                elif kind == "step":
+                    done = msg["terminated"] or msg["truncated"]
+                    reply = {"type": "action", "action": None if done else [0.0] * 2, "done": done}
+                else:
+                    reply = {"type": "bye"}
+                body = msgpack.packb(reply)
+                conn.sendall(header.pack(len(body)) + body)  # a few bytes: the socket's buffer takes them
+            pending[conn] = buf
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--clients", type=int, default=32)
@@ -116,44 +218,30 @@ def main() -> None:
     p.add_argument("--games-as", choices=["threads", "processes"], default="threads",
                    help="all games threads of this process (default; they share its GIL), or each game a process "
                         "of its own, as separate games are")
+    p.add_argument("--floor", action="store_true",
+                   help="then the same games against a yardstick: a server with no bot behind it that answers "
+                        "each message at once from one selector loop (the machine's and the harness's share)")
     args, server_args = p.parse_known_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "root")
         flags = ["--max-bots", str(args.clients), "--max-connections", str(args.clients + 8), *server_args]
         with ServeProcess(root, flags, stop_timeout=300) as server:
-            out: dict = {}
-            # Every game connects, then each starts its own clock (time.monotonic is one clock for
-            # every process of the machine); a process needs a second or so to start.
-            start = time.monotonic() + (5.0 if args.games_as == "threads" else 10.0 + 0.5 * args.clients)
-            offsets = (np.random.default_rng(args.seed).uniform(0, 1 / args.tps, args.clients)
-                       if args.phases == "random" else np.zeros(args.clients))
-            ctx = multiprocessing.get_context("spawn")
-            results = ctx.Queue()
-            games = [(threading.Thread if args.games_as == "threads" else ctx.Process)(
-                target=game if args.games_as == "threads" else game_process,
-                args=(f"g{i:02d}", {"port": server.port}, args.tps, args.seconds, args.episode,
-                      out if args.games_as == "threads" else results, start + float(offsets[i])),
-                name=f"game-{i}") for i in range(args.clients)]
-            for g in games:
-                g.start()
-            memory = []
-            done = 0
-            while any(g.is_alive() for g in games) or (args.games_as == "processes" and done < args.clients):
-                while args.games_as == "processes" and not results.empty():
-                    out.update(results.get())  # read as they come: a process exits only once its result is out
-                    done += 1
-                memory.append((round(time.monotonic() - start, 1), round(rss_mb(server.proc.pid), 1),
-                               round(rss_mb(server.proc.pid, children=False), 1)))
-                time.sleep(min(10.0, max(1.0, args.seconds / 60)))
-            for g in games:
-                g.join()
+            out, memory = play(args, server.port, server.proc.pid)
             with open(os.path.join(root, "status.json")) as fh:
                 status = json.load(fh)
+    floor = None
+    if args.floor:
+        ctx = multiprocessing.get_context("spawn")
+        ports = ctx.Queue()
+        yardstick = ctx.Process(target=floor_server, args=(ports,), name="floor-server", daemon=True)
+        yardstick.start()
+        try:
+            got, _ = play(args, ports.get(timeout=60), None)
+        finally:
+            yardstick.terminate()
+            yardstick.join(10)
+        floor = summary(list(got.values()))
     games = list(out.values())
-    trips = [t for g in games for t in g.pop("trip_ms", [])]
-    errors = [g for g in games if "error" in g]
-    sent, answered = sum(g["sent"] for g in games), sum(g["answered"] for g in games)
-    late = sum(g.get("late", 0) for g in games)
     learned = status.get("shared_learner") or {}
     drops = sum((b.get("drops") or {}).get("transition", 0) for b in status["bots"].values())
     first = [m for t, m, _ in memory if t <= 60]
@@ -161,17 +249,7 @@ def main() -> None:
     first_own = [m for t, _, m in memory if t <= 60]
     last_own = [m for t, _, m in memory if t >= args.seconds - 60]
     result = {"clients": args.clients, "tps": args.tps, "seconds": args.seconds, "phases": args.phases,
-              "games_as": args.games_as,
-              "server_args": server_args,
-              "steps_sent": sent, "steps_answered": answered, "dropped_steps": sent - answered,
-              "games_failed": len(errors), "first_error": errors[0]["error"] if errors else None,
-              "late_over_5ms": late, "worst_ms": max((g.get("worst_ms") or 0) for g in games),
-              "p99_ms_worst_game": max((g.get("p99_ms") or 0) for g in games),
-              # The round trip alone, from send to answer: a late tick whose trip was short was late
-              # before it was sent (the game's own thread woke late on the busy cores).
-              "round_trips_over_5ms": sum(g.get("slow_trips", 0) for g in games),
-              "round_trip_ms_p50_p99_p999_max": [round(float(x), 2) for x in (
-                  np.percentile(trips, [50, 99, 99.9]).tolist() + [max(trips)])] if trips else None,
+              "games_as": args.games_as, "server_args": server_args, **summary(games),
               "transitions_dropped_at_learner_queues": drops,
               "learner_transitions_received": learned.get("env_steps_received"),
               "rss_mb_first_minute": round(float(np.median(first)), 1) if first else None,
@@ -179,7 +257,8 @@ def main() -> None:
               "rss_mb_max": max(m for _, m, _ in memory) if memory else None,
               # The server's own process, without its learner processes (whose replay fills by design).
               "server_rss_mb_first_minute": round(float(np.median(first_own)), 1) if first_own else None,
-              "server_rss_mb_last_minute": round(float(np.median(last_own)), 1) if last_own else None}
+              "server_rss_mb_last_minute": round(float(np.median(last_own)), 1) if last_own else None,
+              "floor": floor}
     print(json.dumps(result))
 
 
