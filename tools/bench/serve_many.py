@@ -112,8 +112,8 @@ def play(args, port: int, server_pid: int | None) -> tuple[dict, list]:
     server's memory over time (when ``server_pid`` is given)."""
     out: dict = {}
     # Every game connects, then each starts its own clock (time.monotonic is one clock for every
-    # process of the machine); a process needs a second or so to start.
-    start = time.monotonic() + (5.0 if args.games_as == "threads" else 10.0 + 0.5 * args.clients)
+    # process of the machine); a game process needs a fraction of a second of CPU to start.
+    start = time.monotonic() + (2.0 + 0.1 * args.clients if args.games_as == "threads" else 3.0 + 0.3 * args.clients)
     offsets = (np.random.default_rng(args.seed).uniform(0, 1 / args.tps, args.clients)
                if args.phases == "random" else np.zeros(args.clients))
     ctx = multiprocessing.get_context("spawn")
