@@ -26,6 +26,7 @@ The child exits after the final save when it gets ``Shutdown``, and also when it
 
 from __future__ import annotations
 
+import itertools
 import logging
 import multiprocessing
 import os
@@ -208,18 +209,11 @@ def encode_runs(batch: list) -> list[bytes]:
     pair when many bots feed this learner (sacbot serve --shared-learner): each run of one source's
     items goes as ``{"source": s, "batch": encode_batch(run)}``, so the child knows whose rows they are."""
     out: list[bytes] = []
-    i = 0
-    while i < len(batch):
-        source = batch[i][0] if isinstance(batch[i], tuple) else None
-        j = i
-        while j < len(batch) and (batch[j][0] if isinstance(batch[j], tuple) else None) == source:
-            j += 1
-        run = batch[i:j]
+    for source, run in itertools.groupby(batch, key=lambda item: item[0] if isinstance(item, tuple) else None):
         if source is None:
-            out.append(encode_batch(run))
+            out.append(encode_batch(list(run)))
         else:
             out.append(pack({"source": source, "batch": encode_batch([m for _, m in run])}))
-        i = j
     return out
 
 

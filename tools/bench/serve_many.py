@@ -56,11 +56,12 @@ def rss_mb(pid: int, children: bool = True) -> float:
 
 
 def game(name: str, where: dict, tps: float, seconds: float, episode: int, out: dict, start: float) -> None:
+    """One game on a fixed clock; ``out[name]``: steps sent, and for each answered step how late its
+    answer came after the tick's start and its round trip from send to answer (ms)."""
     obs_space = {"shape": [35], "low": -1.0, "high": 1.0}
     act_space = {"shape": [2], "low": -1.0, "high": 1.0}
     rng = np.random.default_rng(abs(hash(name)) % (1 << 32))
-    sent = answered = late = slow = 0
-    worst, lateness, trips = 0.0, [], []
+    sent, lateness, trips = 0, [], []
     try:
         with SacbotClient(name, obs_space, act_space, timeout=30, hello_timeout=300, **where) as c:
             k = 0
@@ -79,13 +80,8 @@ def game(name: str, where: dict, tps: float, seconds: float, episode: int, out: 
                     t_sent = time.monotonic()
                     a = c.step(obs, reward, truncated=last)
                     t_done = time.monotonic()
-                    done_ms = (t_done - t_next) * 1e3
-                    answered += 1
-                    lateness.append(done_ms)
+                    lateness.append((t_done - t_next) * 1e3)
                     trips.append((t_done - t_sent) * 1e3)
-                    slow += trips[-1] > LATE_MS
-                    worst = max(worst, done_ms)
-                    late += done_ms > LATE_MS
                     k += 1
                     t_next = start + k * period  # a fixed clock: a game that falls behind stays late
                     if last:
@@ -93,11 +89,9 @@ def game(name: str, where: dict, tps: float, seconds: float, episode: int, out: 
                         break
                     obs, reward = rng.uniform(-1, 1, 35), float(-abs(a[0]))
     except Exception as e:  # noqa: BLE001 - reported, not raised: the other games go on
-        out[name] = {"error": f"{type(e).__name__}: {e}", "sent": sent, "answered": answered}
+        out[name] = {"error": f"{type(e).__name__}: {e}", "sent": sent, "lateness_ms": lateness, "trip_ms": trips}
         return
-    out[name] = {"sent": sent, "answered": answered, "late": late, "worst_ms": round(worst, 2),
-                 "p99_ms": round(float(np.percentile(lateness, 99)), 2) if lateness else None,
-                 "slow_trips": slow, "trip_ms": trips}
+    out[name] = {"sent": sent, "lateness_ms": lateness, "trip_ms": trips}
 
 
 def game_process(name: str, where: dict, tps: float, seconds: float, episode: int, results, start: float) -> None:
@@ -113,24 +107,27 @@ def play(args, port: int, server_pid: int | None) -> tuple[dict, list]:
     out: dict = {}
     # Every game connects, then each starts its own clock (time.monotonic is one clock for every
     # process of the machine); a game process needs a fraction of a second of CPU to start.
-    start = time.monotonic() + (2.0 + 0.1 * args.clients if args.games_as == "threads" else 3.0 + 0.3 * args.clients)
+    threads = args.games_as == "threads"
+    start = time.monotonic() + (2.0 + 0.1 * args.clients if threads else 3.0 + 0.3 * args.clients)
     offsets = (np.random.default_rng(args.seed).uniform(0, 1 / args.tps, args.clients)
                if args.phases == "random" else np.zeros(args.clients))
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
-    games = [(threading.Thread if args.games_as == "threads" else ctx.Process)(
-        target=game if args.games_as == "threads" else game_process,
-        args=(f"g{i:02d}", {"port": port}, args.tps, args.seconds, args.episode,
-              out if args.games_as == "threads" else results, start + float(offsets[i])),
-        name=f"game-{i}") for i in range(args.clients)]
+    clock = (args.tps, args.seconds, args.episode)
+    if threads:
+        games = [threading.Thread(target=game, args=(f"g{i:02d}", {"port": port}, *clock, out,
+                                                     start + float(offsets[i])), name=f"game-{i}")
+                 for i in range(args.clients)]
+    else:
+        games = [ctx.Process(target=game_process, args=(f"g{i:02d}", {"port": port}, *clock, results,
+                                                        start + float(offsets[i])), name=f"game-{i}")
+                 for i in range(args.clients)]
     for g in games:
         g.start()
     memory = []
-    done = 0
-    while any(g.is_alive() for g in games) or (args.games_as == "processes" and done < args.clients):
-        while args.games_as == "processes" and not results.empty():
+    while any(g.is_alive() for g in games) or len(out) < args.clients:
+        while not threads and not results.empty():
             out.update(results.get())  # read as they come: a process exits only once its result is out
-            done += 1
         if server_pid is not None:
             memory.append((round(time.monotonic() - start, 1), round(rss_mb(server_pid), 1),
                            round(rss_mb(server_pid, children=False), 1)))
@@ -141,20 +138,28 @@ def play(args, port: int, server_pid: int | None) -> tuple[dict, list]:
 
 
 def summary(games: list[dict]) -> dict:
-    """What the games saw: steps, lateness, round trips (each game's ``trip_ms`` is taken out)."""
-    trips = [t for g in games for t in g.pop("trip_ms", [])]
+    """What the games saw: steps, lateness, round trips."""
+    late = [x for g in games for x in g["lateness_ms"]]
+    trips = [x for g in games for x in g["trip_ms"]]
     errors = [g for g in games if "error" in g]
-    sent, answered = sum(g["sent"] for g in games), sum(g["answered"] for g in games)
-    return {"steps_sent": sent, "steps_answered": answered, "dropped_steps": sent - answered,
+    sent = sum(g["sent"] for g in games)
+    return {"steps_sent": sent, "steps_answered": len(late), "dropped_steps": sent - len(late),
             "games_failed": len(errors), "first_error": errors[0]["error"] if errors else None,
-            "late_over_5ms": int(sum(g.get("late", 0) for g in games)),
-            "worst_ms": max((g.get("worst_ms") or 0) for g in games),
-            "p99_ms_worst_game": max((g.get("p99_ms") or 0) for g in games),
+            "late_over_5ms": sum(x > LATE_MS for x in late),
+            "worst_ms": round(max(late, default=0.0), 2),
+            "p99_ms_worst_game": max((round(float(np.percentile(g["lateness_ms"], 99)), 2)
+                                      for g in games if g["lateness_ms"]), default=0),
             # The round trip alone, from send to answer: a late tick whose trip was short was late
             # before it was sent (the game's own thread woke late on the busy cores).
-            "round_trips_over_5ms": int(sum(g.get("slow_trips", 0) for g in games)),
+            "round_trips_over_5ms": sum(x > LATE_MS for x in trips),
             "round_trip_ms_p50_p99_p999_max": [round(float(x), 2) for x in (
                 np.percentile(trips, [50, 99, 99.9]).tolist() + [max(trips)])] if trips else None}
+
+
+def minute_rss(memory: list, column: int, last: bool, seconds: float) -> float | None:
+    """The median of one memory column over the run's first (or last) minute."""
+    got = [row[column] for row in memory if (row[0] >= seconds - 60 if last else row[0] <= 60)]
+    return round(float(np.median(got)), 1) if got else None
 
 
 def floor_server(ports) -> None:
@@ -188,8 +193,7 @@ def floor_server(ports) -> None:
                 conn.close()
                 continue
             buf = pending[conn] + data
-            while len(buf) >= 4 and len(buf) >= 4 + header.unpack(buf[:4])[0]:
-                n = header.unpack(buf[:4])[0]
+            while len(buf) >= 4 and len(buf) >= 4 + (n := header.unpack(buf[:4])[0]):
                 msg, buf = msgpack.unpackb(buf[4:4 + n]), buf[4 + n:]
                 kind = msg["type"]
                 if kind == "hello":
@@ -241,23 +245,18 @@ def main() -> None:
             yardstick.terminate()
             yardstick.join(10)
         floor = summary(list(got.values()))
-    games = list(out.values())
     learned = status.get("shared_learner") or {}
     drops = sum((b.get("drops") or {}).get("transition", 0) for b in status["bots"].values())
-    first = [m for t, m, _ in memory if t <= 60]
-    last = [m for t, m, _ in memory if t >= args.seconds - 60]
-    first_own = [m for t, _, m in memory if t <= 60]
-    last_own = [m for t, _, m in memory if t >= args.seconds - 60]
     result = {"clients": args.clients, "tps": args.tps, "seconds": args.seconds, "phases": args.phases,
-              "games_as": args.games_as, "server_args": server_args, **summary(games),
+              "games_as": args.games_as, "server_args": server_args, **summary(list(out.values())),
               "transitions_dropped_at_learner_queues": drops,
               "learner_transitions_received": learned.get("env_steps_received"),
-              "rss_mb_first_minute": round(float(np.median(first)), 1) if first else None,
-              "rss_mb_last_minute": round(float(np.median(last)), 1) if last else None,
+              "rss_mb_first_minute": minute_rss(memory, 1, False, args.seconds),
+              "rss_mb_last_minute": minute_rss(memory, 1, True, args.seconds),
               "rss_mb_max": max(m for _, m, _ in memory) if memory else None,
               # The server's own process, without its learner processes (whose replay fills by design).
-              "server_rss_mb_first_minute": round(float(np.median(first_own)), 1) if first_own else None,
-              "server_rss_mb_last_minute": round(float(np.median(last_own)), 1) if last_own else None,
+              "server_rss_mb_first_minute": minute_rss(memory, 2, False, args.seconds),
+              "server_rss_mb_last_minute": minute_rss(memory, 2, True, args.seconds),
               "floor": floor}
     print(json.dumps(result))
 
