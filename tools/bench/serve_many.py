@@ -66,7 +66,9 @@ def game(name: str, where: dict, tps: float, seconds: float, episode: int, out: 
         with SacbotClient(name, obs_space, act_space, timeout=30, hello_timeout=300, **where) as c:
             k = 0
             period = 1.0 / tps
-            t_next = max(time.monotonic(), start)
+            # A game whose hello came back after the common start (the server was loading a bot or
+            # its learner) starts its clock now: the load is not any tick's lateness.
+            start = t_next = max(time.monotonic(), start)
             end = start + seconds
             while t_next < end:
                 c.new_episode("bench")
