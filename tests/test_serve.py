@@ -320,14 +320,56 @@ def test_a_failed_learner_ends_its_game_and_the_next_hello_starts_the_bot_again(
     assert server.code == 1  # as sacbot run, whose learner failure exits 1
 
 
+@pytest.mark.timeout(120)
+def test_a_bot_that_takes_long_to_load_does_not_hold_up_the_other_games(tmp_path):
+    """A hello loads its bot (seconds, with a learner to start) off the loop: the loop serves the
+    other games meanwhile.  Here a hello is held until the other game has played 50 steps."""
+    with serving(tmp_path) as server:
+        assert not server.threaded  # the default pace: the loop runs every step itself
+        other = client(server, "other")
+        other.connect()
+        other.new_episode("toy")
+        loading, release = threading.Event(), threading.Event()
+        start = server.registry._start
+
+        def slow_start(bot):
+            if bot.name == "slow":
+                loading.set()
+                assert release.wait(60), "the test never released the slow hello"
+            return start(bot)
+
+        server.registry._start = slow_start
+        slow, welcome = client(server, "slow"), {}
+        t = threading.Thread(target=lambda: welcome.update(slow.connect()), name="test-slow-hello", daemon=True)
+        t.start()
+        try:
+            assert loading.wait(60), "the slow hello never reached the bot's start"
+            reward = None
+            for _ in range(50):  # each step would time out (20 s) if the loop waited for the hello
+                assert other.step(np.zeros(3), reward) is not None
+                reward = 0.0
+            assert not welcome, "the slow hello was answered before its bot had loaded"
+        finally:
+            release.set()
+            t.join(60)
+        assert welcome["type"] == "welcome" and welcome["bot"] == "slow", welcome
+        assert len(play(slow, 5)) == 5
+        assert other.step(np.zeros(3), 0.0) is not None
+        slow.close()
+        other.close()
+
+
 # --- bad input: each refused with an error frame; another client keeps playing --------------------------
-@pytest.fixture(scope="module")
-def guarded(tmp_path_factory):
+@pytest.fixture(scope="module", params=["learner", "lockstep"], ids=["steps-on-the-loop", "steps-on-threads"])
+def guarded(tmp_path_factory, request):
     """One server for the bad-input tests: a token, short timeouts, 8 connections at most; and a
-    bystander bot that must never notice."""
+    bystander bot that must never notice.  Twice: with the default pace the server's loop runs every
+    step itself; in lockstep (a step waits for the learner) each connection's messages run on a
+    thread of its own."""
     tmp = tmp_path_factory.mktemp("guarded")
     with serving(tmp, token=TOKEN, idle_timeout=3.0, frame_timeout=0.5, max_connections=8,
-                 cfg={"pace": "lockstep"}) as server:
+                 cfg={"pace": request.param}) as server:
+        assert server.threaded == (request.param == "lockstep")
         yield server
 
 
@@ -488,6 +530,54 @@ def test_a_silent_client_and_a_trickling_one_time_out(guarded, bystander):
         t.join(5)
     came = int(msg["message"].split("(")[1].split(" of")[0])
     assert 3 <= came <= 9, msg  # ~6 bytes in 0.5 s; the frame has len(data) bytes
+
+
+@pytest.mark.timeout(60)
+def test_pipelined_steps_are_answered_in_order(guarded, bystander):
+    s = raw(guarded)
+    s.sendall(encode_frame(hello("piped")))
+    assert reply(s)["type"] == "welcome"
+    steps = [{"type": "step", "obs": [0.0, 0.0, 0.0], "reward": None}] + [step_msg() for _ in range(5)]
+    s.sendall(b"".join(encode_frame(m) for m in [{"type": "new_episode"}, *steps, {"type": "close"}]))
+    assert reply(s)["type"] == "ok"
+    ticks = [reply(s)["tick"] for _ in steps]
+    assert ticks == list(range(ticks[0], ticks[0] + 6)), ticks
+    assert reply(s)["type"] == "bye"
+    s.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_game_that_stops_reading_its_replies_is_dropped_and_others_play_on(guarded, bystander):
+    """Its replies fill the socket's buffers; the server reads no more of its steps, and after
+    --frame-timeout with nothing taken it lets the game go (there is no room left for an error frame)."""
+    if guarded.threaded:
+        pytest.skip("replies go out through the same loop in both modes, and lockstep steps (each waits for a "
+                    "gradient step) take minutes to fill the socket buffers")
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)  # small buffers fill fast
+    s.settimeout(20)
+    s.connect(("127.0.0.1", guarded.port))
+    s.sendall(encode_frame(hello("deaf")))
+    assert reply(s)["type"] == "welcome"
+    s.sendall(encode_frame({"type": "new_episode"}) + encode_frame({"type": "step", "obs": [0.0] * 3, "reward": None}))
+    assert reply(s)["type"] == "ok" and reply(s)["type"] == "action"
+    burst = encode_frame(step_msg()) * 50
+    s.settimeout(0.05)
+    sent = 0
+    while guarded.registry.get("deaf").peer is not None:  # released when the server drops the connection
+        try:
+            s.sendall(burst)  # and never a read
+            sent += 50
+        except TimeoutError:  # the server has stopped reading this game: its buffers are full too
+            pass
+        except OSError:  # reset: dropped
+            break
+        assert bystander.step(np.zeros(3), 0.0) is not None
+        assert sent < 1_000_000, "the server never stopped taking this game's steps"
+    wait_until(lambda: guarded.registry.get("deaf").peer is None, 20, "the deaf game's bot to be released")
+    assert guarded.registry.get("deaf").disconnects == 1
+    assert bystander.step(np.zeros(3), 0.0) is not None
+    s.close()
 
 
 @pytest.mark.timeout(90)

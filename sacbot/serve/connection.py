@@ -1,18 +1,22 @@
 """One game's connection to the server: hello, then episodes of steps, until close, an error or a stop.
 
-Each runs on its own thread (``sacbot-serve-conn-<n>``) and is the only caller of its bot's Agent
-while it holds the bot.  What the game sends is checked by :mod:`sacbot.serve.protocol` first;
-a refusal goes back as an error frame and ends the connection, never the server.  How a step maps
-onto the Agent (docs/protocol.md): an episode's first step is ``act(obs)``; every later one is
+A Connection does no I/O of its own: the server's loop (:mod:`sacbot.serve.server`) reads its
+frames and hands each message to :meth:`Connection.process`, which returns the frames to send back.
+What the game sends is checked by :mod:`sacbot.serve.protocol` first; a refusal goes back as an
+error frame and ends the connection, never the server.  How a step maps onto the Agent
+(docs/protocol.md): an episode's first step is ``act(obs)``; every later one is
 ``observe(reward, obs, terminated, truncated, info)`` for the last action, then ``act(obs)``
 unless the episode ended, as the Agent's docstring orders them.
+
+One thread at a time calls a Connection, and the same one for a bot's every act/observe (the
+Agent refuses others): the loop, or, where a step may wait (``--pace lockstep``, ``--hold-ms``),
+the connection's own thread.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
-import socket
 from typing import TYPE_CHECKING
 
 from sacbot import __version__
@@ -29,50 +33,52 @@ WELCOME_SETTINGS = ("env", "eval_mode", "learner", "pace", "hidden", "utd_ratio"
                     "memoryless", "quant", "seed", "opponent_policy")
 
 
-class Connection:
-    """One game's connection: hello, then episodes of steps, until close, an error or a stop."""
+class NeedsThread(Exception):
+    """Raised before anything is done: this message may take long (a bot to close), and the
+    caller, the server's loop, is serving other games; run it on a thread of its own instead."""
 
-    def __init__(self, server: Server, sock: socket.socket, peer: str):
-        self.server, self.sock, self.peer = server, sock, peer
+
+class Connection:
+    """One game's connection: hello, then episodes of steps, until close, an error or a stop.
+
+        conn = Connection(server, peer)
+        keep = conn.process(msg)     # the replies are in conn.outbox; False: close after sending them
+    """
+
+    def __init__(self, server: Server, peer: str):
+        self.server, self.peer = server, peer
         self.opts = server.opts
-        self.reader = p.FrameReader(sock, self.opts.max_frame, server.stop)
+        self.outbox: list[bytes] = []  # frames to send, in order; the caller takes them
+        self.on_loop = True  # called by the server's loop (which must never wait), or by a thread of its own
         self.bot: Bot | None = None
         self.in_episode = False  # between new_episode and the step that ends it
         self.first_step = False  # the episode's next step is its first (no reward yet)
 
     def send(self, msg: dict) -> None:
-        self.sock.settimeout(self.opts.frame_timeout)  # a game that stops reading is dropped, not waited on
-        self.sock.sendall(p.encode_frame(msg))
+        self.outbox.append(p.encode_frame(msg))
 
-    def run(self) -> None:
+    def process(self, msg: dict) -> bool:
+        """Handle one message; its replies go to ``outbox``.  False: the connection ends once they
+        are sent (a close, or a refusal: an error frame).  NeedsThread propagates."""
         try:
-            while True:
-                msg = p.decode_body(self.reader.read(self.opts.idle_timeout, self.opts.frame_timeout))
-                if not self.handle(msg):
-                    return
+            return self.handle(msg)
         except p.ProtocolError as e:
-            if e.code != "server_stopping":  # every connection gets that one: the stop is logged once
-                log.info("serve: %s%s: %s", self.peer, f" (bot {self.bot.name})" if self.bot else "", e)
-            self.end()  # before the reply: a client that reconnects at once finds its bot free
-            try:
-                self.send(e.frame())
-            except OSError:
-                pass
-        except p.PeerClosed as e:
-            if not e.clean:
-                log.info("serve: %s: %s", self.peer, e)
-        except OSError as e:  # reset by the peer, a send that timed out
-            log.info("serve: %s: connection lost: %s", self.peer, e)
+            self.fail(e)
+        except NeedsThread:
+            raise
         except Exception as e:  # noqa: BLE001 - a fault of ours ends this connection, never the server
             log.exception("serve: %s: internal error", self.peer)
-            self.end()
-            try:
-                self.send(p.ProtocolError("internal", f"the server failed on this message ({type(e).__name__}: "
-                                                      f"{e}); this is a bug in sacbot, please report it").frame())
-            except OSError:
-                pass
-        finally:
-            self.end()
+            self.fail(p.ProtocolError("internal", f"the server failed on this message ({type(e).__name__}: {e}); "
+                                                  "this is a bug in sacbot, please report it"), quiet=True)
+        return False
+
+    def fail(self, e: p.ProtocolError, quiet: bool = False) -> None:
+        """End the connection with ``e``'s error frame (after giving the bot up, so that a client
+        which reconnects at once finds its bot free)."""
+        if not quiet and e.code != "server_stopping":  # every connection gets that one: the stop is logged once
+            log.info("serve: %s%s: %s", self.peer, f" (bot {self.bot.name})" if self.bot else "", e)
+        self.end()
+        self.send(e.frame())
 
     def end(self) -> None:
         """Give the bot up (once): the connection is over, or about to be."""
@@ -112,6 +118,8 @@ class Connection:
             raise p.ProtocolError("hello_again", f"a second hello on this connection, which plays bot "
                                                  f"{self.bot.name!r}; expected one hello per connection (open "
                                                  "another connection to play another bot or other spaces)")
+        if self.on_loop:
+            raise NeedsThread  # loading a bot (and starting its learner) takes seconds
         h = p.check_hello(msg)
         if self.opts.token is not None and (
                 h.token is None or not hmac.compare_digest(h.token.encode(), self.opts.token.encode())):
@@ -161,6 +169,8 @@ class Connection:
         agent = bot.agent
         err = agent.learner_error
         if err is not None:
+            if self.on_loop:
+                raise NeedsThread  # retiring the bot closes it: a final save
             self.in_episode = False
             self.server.registry.retire(bot, err)
             raise p.ProtocolError("learner_failed", f"bot {bot.name!r}'s learner failed ({err}); the bot was "

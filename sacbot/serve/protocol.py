@@ -28,7 +28,7 @@ import numpy as np
 from sacbot.serve import MAX_FRAME, PROTOCOL_VERSION
 from sacbot.wire.messages import MAX_ABS_OBS, MessageError, check_flag, check_opponent, check_reward, check_vector
 
-__all__ = ["MAX_FRAME", "PROTOCOL_VERSION", "ProtocolError", "PeerClosed", "FrameReader", "encode_frame",
+__all__ = ["MAX_FRAME", "PROTOCOL_VERSION", "ProtocolError", "PeerClosed", "FrameBuffer", "FrameReader", "encode_frame",
            "decode_body", "BoxSpec", "Hello", "Step", "check_hello", "check_new_episode", "check_step"]
 MAX_OBS_VALUES = 100_000
 MAX_ACTION_DIMS = 1024
@@ -87,46 +87,88 @@ def decode_body(body: bytes) -> dict:
     return msg
 
 
+class FrameBuffer:
+    """Frames cut from bytes as they come, for a reader that never blocks (the server's loop)::
+
+        buf = FrameBuffer(max_frame)
+        buf.feed(sock.recv(65536))
+        while (body := buf.next()) is not None:   # ProtocolError: a length over max_frame, or 0
+            handle(decode_body(body))
+
+    Bytes past a frame are kept for the next one, so a client may pipeline."""
+
+    def __init__(self, max_frame: int = MAX_FRAME):
+        self.max_frame = max_frame
+        self._buf = bytearray()
+        self._size: int | None = None  # the announced length of the frame being received
+
+    def __len__(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> None:
+        self._buf += data
+
+    def next(self) -> bytes | None:
+        """The next whole frame's body, or None until more bytes come."""
+        if self._size is None:
+            if len(self._buf) < _HEADER.size:
+                return None
+            (size,) = _HEADER.unpack_from(self._buf)
+            if size > self.max_frame:
+                raise ProtocolError("frame_too_large", f"a frame of {size:,} bytes was announced; expected at most "
+                                                       f"{self.max_frame:,} bytes (the 4-byte length counts the "
+                                                       "msgpack body only)")
+            if size == 0:
+                raise ProtocolError("bad_frame", "a frame of length 0 was announced; expected 1 or more bytes of "
+                                                 "msgpack")
+            self._size = size
+        need = _HEADER.size + self._size
+        if len(self._buf) < need:
+            return None
+        body = bytes(self._buf[_HEADER.size:need])
+        del self._buf[:need]
+        self._size = None
+        return body
+
+    def expected(self) -> int:
+        """The bytes the frame being received needs in all (its header's 4 until that is known)."""
+        return _HEADER.size + (self._size or 0)
+
+
+def frame_timeout_error(frame_timeout: float, got: int, need: int) -> ProtocolError:
+    return ProtocolError("frame_timeout", f"a frame was not complete {frame_timeout:g} s after its first byte ({got} "
+                                          f"of {need} bytes came); expected a whole frame within {frame_timeout:g} s "
+                                          "of its first byte")
+
+
+def idle_timeout_error(idle_timeout: float) -> ProtocolError:
+    return ProtocolError("idle_timeout", f"nothing was received for {idle_timeout:g} s; expected a frame at least "
+                                         f"every {idle_timeout:g} s")
+
+
 class FrameReader:
-    """Reads frames from a socket with two deadlines: ``idle_timeout`` for the first byte of a
-    frame (a game that sends nothing), and ``frame_timeout`` from that byte to the frame's last
-    (a client that trickles bytes holds a thread and a connection slot).  Bytes past a frame are
-    kept for the next one, so a client may pipeline.  ``stop`` (an Event) ends a wait early."""
+    """Reads frames from a blocking socket (the clients' side) with two deadlines: ``idle_timeout``
+    for the first byte of a frame (a peer that sends nothing), and ``frame_timeout`` from that byte
+    to the frame's last.  ``stop`` (an Event) ends a wait early."""
 
     def __init__(self, sock: socket.socket, max_frame: int = MAX_FRAME, stop: threading.Event | None = None):
-        self.sock, self.max_frame, self.stop = sock, max_frame, stop
-        self._buf = bytearray()
+        self.sock, self.stop = sock, stop
+        self._frames = FrameBuffer(max_frame)
 
     def read(self, idle_timeout: float, frame_timeout: float) -> bytes:
         """The next frame's body.  Raises ProtocolError (frame_too_large, bad_frame, idle_timeout,
         frame_timeout, server_stopping), PeerClosed, or OSError."""
-        first = time.monotonic() if self._buf else None
+        first = time.monotonic() if len(self._frames) else None
         deadline = (first + frame_timeout) if first is not None else time.monotonic() + idle_timeout
-        need = _HEADER.size
-        size = None
         while True:
-            if size is None and len(self._buf) >= _HEADER.size:
-                (size,) = _HEADER.unpack_from(self._buf)
-                if size > self.max_frame:
-                    raise ProtocolError("frame_too_large", f"a frame of {size:,} bytes was announced; expected "
-                                                           f"at most {self.max_frame:,} bytes (the 4-byte length "
-                                                           "counts the msgpack body only)")
-                if size == 0:
-                    raise ProtocolError("bad_frame", "a frame of length 0 was announced; expected 1 or more "
-                                                     "bytes of msgpack")
-                need = _HEADER.size + size
-            if size is not None and len(self._buf) >= need:
-                body = bytes(self._buf[_HEADER.size:need])
-                del self._buf[:need]
+            body = self._frames.next()
+            if body is not None:
                 return body
             now = time.monotonic()
             if now >= deadline:
                 if first is None:
-                    raise ProtocolError("idle_timeout", f"nothing was received for {idle_timeout:g} s; expected "
-                                                        f"a frame at least every {idle_timeout:g} s")
-                raise ProtocolError("frame_timeout", f"a frame was not complete {frame_timeout:g} s after its first "
-                                                     f"byte ({len(self._buf)} of {need} bytes came); expected a "
-                                                     f"whole frame within {frame_timeout:g} s of its first byte")
+                    raise idle_timeout_error(idle_timeout)
+                raise frame_timeout_error(frame_timeout, len(self._frames), self._frames.expected())
             if self.stop is not None and self.stop.is_set():
                 raise ProtocolError("server_stopping", "the server is stopping; expected a reconnect once it is "
                                                        "back")
@@ -136,11 +178,11 @@ class FrameReader:
             except TimeoutError:
                 continue
             if not chunk:
-                raise PeerClosed(clean=not self._buf)
+                raise PeerClosed(clean=not len(self._frames))
             if first is None:
                 first = time.monotonic()
                 deadline = first + frame_timeout
-            self._buf += chunk
+            self._frames.feed(chunk)
 
 
 # --- message checks -------------------------------------------------------------------------
