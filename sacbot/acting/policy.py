@@ -122,7 +122,8 @@ def initial_state(params: ActorParams) -> PolicyState:
 def _apply(layer: Linear, x: np.ndarray) -> np.ndarray:
     if layer.x_scale is None:
         return layer.w @ x + layer.b
-    q = np.rint(np.clip(x / layer.x_scale, layer.x_lo, layer.x_hi))
+    # minimum/maximum, not np.clip: the same values, at a fraction of clip's call overhead on short vectors
+    q = np.rint(np.minimum(np.maximum(x / layer.x_scale, layer.x_lo), layer.x_hi))
     return (layer.w @ q) * layer.out_scale + layer.b
 
 
@@ -136,11 +137,13 @@ def mean_and_log_std(params: ActorParams, obs: np.ndarray, state: PolicyState):
     z = np.maximum(_apply(params.fc1, x), 0.0)
     cell = params.lstm
     if cell.x_scale is not None:
-        z = np.rint(np.clip(z / cell.x_scale, cell.x_lo, cell.x_hi)) * cell.x_scale
+        z = np.rint(np.minimum(np.maximum(z / cell.x_scale, cell.x_lo), cell.x_hi)) * cell.x_scale
     gates = (cell.w_ih @ z.astype(np.float64) + cell.b_ih) + (cell.w_hh @ state.h.astype(np.float64) + cell.b_hh)
-    i, f, g, o = np.split(gates, 4)
-    c64 = _sigmoid(f) * state.c + _sigmoid(i) * np.tanh(g)
-    h = (_sigmoid(o) * np.tanh(c64)).astype(np.float32)
+    n = params.hidden
+    s = _sigmoid(gates)  # one call for the three gates that need it (g's sigmoid is unused)
+    i, f, o = s[:n], s[n:2 * n], s[3 * n:]
+    c64 = f * state.c + i * np.tanh(gates[2 * n:3 * n])
+    h = (o * np.tanh(c64)).astype(np.float32)
     c = c64.astype(np.float32)
     y = np.maximum(_apply(params.fc2, h), 0.0)
     out = _apply(params.head, y)
