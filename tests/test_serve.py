@@ -680,6 +680,54 @@ def test_kill_9_leaves_a_checkpoint_that_verifies_and_a_restarted_server_resumes
     assert final["episodes"] == saved["episodes"] + 1 and final["env_steps"] == saved["env_steps"] + 3
 
 
+@pytest.mark.timeout(180)
+def test_out_of_file_descriptors_the_server_waits_to_accept_and_serves_its_games_meanwhile(tmp_path):
+    """A flood of connections beyond the process's descriptor limit: accept fails (EMFILE), the
+    server says so once, pauses accepting and goes on serving the connected game; once the flood
+    is gone, a new game connects and plays."""
+    import resource
+
+    port = free_port()
+    p = subprocess.Popen(SACBOT + ["serve", "--root", str(tmp_path / "root"), "--port", str(port), *SMALL,
+                                   "--max-connections", "1000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(), cwd=tmp_path,
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (96, 96)))
+    watch = StderrWatcher(p)
+    flood: list[socket.socket] = []
+    try:
+        watch.wait_line("listening on", 60)
+        c = SacbotClient("b", OBS, ACT, port=port, timeout=20, hello_timeout=120, connect_for=10)
+        c.connect()
+        c.new_episode("toy")
+        assert c.step(np.zeros(3)) is not None
+        for _ in range(150):  # more than the descriptors left; the rest wait in the backlog
+            s = socket.socket()
+            s.settimeout(5)
+            s.connect(("127.0.0.1", port))
+            flood.append(s)
+            assert c.step(np.zeros(3), 0.0) is not None
+        watch.wait_line("accept failed", 30)
+        for _ in range(50):  # still served while the server cannot accept
+            assert c.step(np.zeros(3), 0.0) is not None
+        for s in flood:
+            s.close()
+        flood.clear()
+        late = SacbotClient("late", OBS, ACT, port=port, timeout=20, hello_timeout=120, connect_for=10)
+        late.connect()  # accepted once descriptors are free again
+        assert len(play(late, 5)) == 5
+        late.close()
+        c.close()
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=60)
+    finally:
+        for s in flood:
+            s.close()
+        p.kill()
+    err = watch.rest(10)
+    assert p.returncode == 0, err
+    assert err.count("accept failed") <= 2 and "ulimit -n" in err, err[-3000:]
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--host", "0.0.0.0"], "--allow-remote"),
     (["--host", "0.0.0.0", "--allow-remote"], "needs a token of at least 16 characters"),

@@ -88,6 +88,8 @@ class Server:
         self._done: queue.SimpleQueue[tuple[_Link, bool]] = queue.SimpleQueue()
         self._stop_by: float | None = None  # set by the loop when it sees the stop
         self._accept_paused_until = 0.0
+        self._listening = False  # the listeners are in the selector
+        self._accept_warned = -1e9
         self._max_buffered = opts.max_frame + 8 + RECV_BYTES  # past this, a busy connection's reads wait
         # Where a step may wait for the learner, each connection's messages run on a thread of its own
         # (the Agent serves one thread); elsewhere the loop itself runs them: a step is a fast numpy act().
@@ -121,7 +123,7 @@ class Server:
                                 if e.errno == errno.EADDRINUSE else "")) from None
         for s in self._listeners:
             s.setblocking(False)
-            self._sel.register(s, selectors.EVENT_READ, None)
+        self._accepting(True)
         for s in (self._wake_r, self._wake_w):
             s.setblocking(False)
         self._sel.register(self._wake_r, selectors.EVENT_READ, self._wake_r)
@@ -184,8 +186,7 @@ class Server:
             now = time.monotonic()
             if self.stop.is_set() and self._stop_by is None:
                 self._stop_by = now + STOP_GRACE_S
-                for s in self._listeners:
-                    self._sel.unregister(s)
+                self._accepting(False)
                 for link in list(self._links.values()):
                     self._pump(link)  # an idle one gets server_stopping; a busy one when its thread is done
             if self._stop_by is not None and (not self._links or now > self._stop_by):
@@ -226,9 +227,12 @@ class Server:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:  # EMFILE: out of descriptors; stop accepting for a moment rather than spin
-                log.warning("serve: accept failed: %s", e)
-                for s in self._listeners:
-                    self._sel.unregister(s)
+                now = time.monotonic()
+                if now - self._accept_warned > 10.0:  # once per 10 s, not at every retry
+                    self._accept_warned = now
+                    log.warning("serve: accept failed: %s; connections wait in the listen backlog until "
+                                "descriptors are free (raise the limit: ulimit -n)", e)
+                self._accepting(False)
                 self._accept_paused_until = time.monotonic() + 0.05
                 return
             peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else f"unix:{self.opts.socket_path}"
@@ -248,6 +252,16 @@ class Server:
             link = _Link(cid, sock, Connection(self, peer), p.FrameBuffer(self.opts.max_frame), waiting_since=now)
             self._links[cid] = link
             self._interest(link)
+
+    def _accepting(self, on: bool) -> None:
+        if on == self._listening:
+            return
+        for s in self._listeners:
+            if on:
+                self._sel.register(s, selectors.EVENT_READ, None)
+            else:
+                self._sel.unregister(s)
+        self._listening = on
 
     def _read(self, link: _Link) -> None:
         try:
@@ -384,8 +398,7 @@ class Server:
     def _check_deadlines(self, now: float) -> None:
         if self._accept_paused_until and now >= self._accept_paused_until and self._stop_by is None:
             self._accept_paused_until = 0.0
-            for s in self._listeners:
-                self._sel.register(s, selectors.EVENT_READ, None)
+            self._accepting(True)
         ft, it = self.opts.frame_timeout, self.opts.idle_timeout
         for link in list(self._links.values()):
             if link.busy or link.closed:
