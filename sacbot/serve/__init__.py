@@ -1,7 +1,8 @@
 """``sacbot serve``: a game in any language connects over a local socket and gets an action per tick.
 
 * :mod:`sacbot.serve.protocol`: frames, message checks, the version (docs/protocol.md is the spec);
-* :mod:`sacbot.serve.server`: the server (one selector loop for every connection, one Agent per bot name);
+* :mod:`sacbot.serve.server`: the server (listeners, status, shutdown; one Agent per bot name);
+* :mod:`sacbot.serve.loop`: its one selector loop over every connection;
 * :mod:`sacbot.serve.bots`: the bots it holds, each under ``ROOT/<name>/``;
 * :mod:`sacbot.serve.client`: :class:`~sacbot.serve.client.SacbotClient`, the Python client;
 * :mod:`sacbot.serve.command`: the ``sacbot serve`` command.
