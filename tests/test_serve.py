@@ -405,6 +405,9 @@ BAD_FRAMES = {
     "not msgpack": (frame(b"\xc1\xc1"), "bad_frame", "not one msgpack value"),
     "two values in one frame": (frame(msgpack.packb({"type": "close"}) + b"\x01"), "bad_frame", "ExtraData"),
     "not a map": (frame(msgpack.packb([1, 2])), "bad_frame", "a msgpack list"),
+    # {"type": [[[...0...]]]} 999 deep: msgpack decodes it, and a repr of it would pass Python's recursion limit
+    "a type nested 999 deep": (frame(b"\x81\xa4type" + b"\x91" * 999 + b"\x00"), "bad_frame",
+                               "type = a list of 1 items"),
     "no type": (frame(msgpack.packb({"kind": "step"})), "bad_frame", "type = None"),
     "unknown type": (encode_frame({"type": "jump"}), "unknown_type", "'jump'"),
     "step before hello": (encode_frame(step_msg(reward=None)), "not_ready", "step before hello"),

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from sacbot import __version__
 from sacbot.serve import protocol as p
 from sacbot.serve.bots import Bot
-from sacbot.wire.messages import MessageError
+from sacbot.wire.messages import MessageError, shown
 
 if TYPE_CHECKING:
     from sacbot.serve.server import Server
@@ -109,7 +109,7 @@ class Connection:
             self.send({"type": "bye"})
             return False
         else:
-            raise p.ProtocolError("unknown_type", f"unknown message type {kind!r:.80}; expected one of hello, "
+            raise p.ProtocolError("unknown_type", f"unknown message type {shown(kind)}; expected one of hello, "
                                                   "new_episode, step, close")
         return True
 

@@ -16,6 +16,7 @@ checked here every ``LOOP_TICK_S``.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import queue
@@ -36,6 +37,7 @@ log = logging.getLogger("sacbot")
 LOOP_TICK_S = 0.05  # how often the loop looks at the deadlines (timeouts are seconds) and the stop
 STOP_GRACE_S = 10.0  # at a stop, how long the loop waits for the games' last frames before it closes them
 RECV_BYTES = 65536
+_OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 
 class Loop:
@@ -96,20 +98,30 @@ class Loop:
                     except BlockingIOError:
                         pass
                 else:
-                    if mask & selectors.EVENT_WRITE:
-                        self._flush(what)
-                        self._pump(what)  # frames that waited for the replies before them to go out
-                    if mask & selectors.EVENT_READ and not what.closed:
-                        self._read(what)
+                    try:
+                        if mask & selectors.EVENT_WRITE:
+                            self._flush(what)
+                            self._pump(what)  # frames that waited for the replies before them to go out
+                        if mask & selectors.EVENT_READ and not what.closed:
+                            self._read(what)
+                    except Exception as e:  # noqa: BLE001 - a fault of ours ends that connection, never the loop
+                        self._internal_error(what, e)
             while True:
                 try:
                     link, keep = self._done.get_nowait()
                 except queue.Empty:
                     break
                 link.busy = False
-                if not link.closed:
+                if link.closed:
+                    continue
+                # Reading resumes now: the part of a next frame that came with this one has waited for
+                # the thread, not for the game, so its deadline starts over.
+                link.partial_since = time.monotonic() if len(link.frames) else None
+                try:
                     self._take(link, keep)
                     self._pump(link)
+                except Exception as e:  # noqa: BLE001 - as above
+                    self._internal_error(link, e)
             now = time.monotonic()
             if now >= next_check:
                 next_check = now + LOOP_TICK_S
@@ -121,7 +133,10 @@ class Loop:
                 sock, addr = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as e:  # EMFILE: out of descriptors; stop accepting for a moment rather than spin
+            except OSError as e:
+                if e.errno not in _OUT_OF_RESOURCES:  # ECONNABORTED and the like: that connection only
+                    continue
+                # Out of descriptors or memory: stop accepting for a moment rather than spin.
                 now = time.monotonic()
                 if now - self._accept_warned > 10.0:  # once per 10 s, not at every retry
                     self._accept_warned = now
@@ -131,9 +146,13 @@ class Loop:
                 self._accept_paused_until = time.monotonic() + 0.05
                 return
             peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else f"unix:{self.server.opts.socket_path}"
-            sock.setblocking(False)
-            if sock.family != socket.AF_UNIX:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # a reply is one small frame: send it now
+            try:
+                sock.setblocking(False)
+                if sock.family != socket.AF_UNIX:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # a reply is one small frame: send now
+            except OSError:  # reset by the peer already
+                sock.close()
+                continue
             if len(self.links) >= self.server.opts.max_connections:
                 # Answered at once, with no state kept: under a flood of connections a refusal costs one send.
                 self.refused += 1
@@ -282,6 +301,8 @@ class Loop:
                 self._lost(link, str(e))
                 return
             del link.out[:n]
+            if n:
+                link.send_since = None  # a game that reads, however slowly, is not dropped
         if link.out:
             link.send_since = link.send_since or time.monotonic()
         else:
@@ -309,6 +330,21 @@ class Loop:
             elif link.partial_since is None and now - link.waiting_since > it:
                 link.conn.fail(p.idle_timeout_error(it))
                 self._take(link, False)
+
+    def _internal_error(self, link: _Link, e: Exception) -> None:
+        log.error("serve: %s: internal error in the connection loop: %s: %s", link.conn.peer, type(e).__name__, e,
+                  exc_info=True)
+        if link.closed or link.busy:  # a busy link has no events and no result being taken: not reached
+            return
+        try:
+            link.conn.fail(p.ProtocolError("internal", f"the server failed on this connection ({type(e).__name__}: "
+                                                       f"{e}); this is a bug in sacbot, please report it"), quiet=True)
+            link.out += b"".join(link.conn.outbox)
+            link.conn.outbox.clear()
+            link.sock.send(link.out)  # one try: this connection is closed next whatever happens
+        except Exception:  # noqa: BLE001, S110 - the close below is what matters
+            pass
+        self._close(link)
 
     def _lost(self, link: _Link, why: str) -> None:
         log.info("serve: %s: connection lost: %s", link.conn.peer, why)

@@ -26,7 +26,15 @@ import msgpack
 import numpy as np
 
 from sacbot.serve import MAX_FRAME, PROTOCOL_VERSION
-from sacbot.wire.messages import MAX_ABS_OBS, MessageError, check_flag, check_opponent, check_reward, check_vector
+from sacbot.wire.messages import (
+    MAX_ABS_OBS,
+    MessageError,
+    check_flag,
+    check_opponent,
+    check_reward,
+    check_vector,
+    shown,
+)
 
 __all__ = ["MAX_FRAME", "PROTOCOL_VERSION", "ProtocolError", "PeerClosed", "FrameBuffer", "FrameReader", "encode_frame",
            "decode_body", "BoxSpec", "Hello", "Step", "check_hello", "check_new_episode", "check_step"]
@@ -82,7 +90,7 @@ def decode_body(body: bytes) -> dict:
         raise ProtocolError("bad_frame", f"the frame holds a msgpack {type(msg).__name__}; expected a map with a "
                                          "string 'type'")
     if not isinstance(msg.get("type"), str):
-        raise ProtocolError("bad_frame", f"the message has type = {msg.get('type')!r:.80}; expected a string, one "
+        raise ProtocolError("bad_frame", f"the message has type = {shown(msg.get('type'), 80)}; expected a string, one "
                                          "of hello, new_episode, step, close")
     return msg
 
@@ -218,7 +226,7 @@ def numbers(where: str, v, n: int) -> np.ndarray:
         raise _bad(f"{where} has {len(v)} values; expected {n} (the space's shape, flattened in row-major order)")
     for i, x in enumerate(v):
         if not _is_number(x):
-            raise _bad(f"{where}[{i}] = {x!r:.40} ({type(x).__name__}); expected a number (int or float)")
+            raise _bad(f"{where}[{i}] = {shown(x, 40)} ({type(x).__name__}); expected a number (int or float)")
     try:
         return np.array(v, np.float64)
     except OverflowError:  # an integer of more than 64 bits
@@ -260,7 +268,7 @@ def check_space(msg: dict, key: str, *, action: bool) -> BoxSpec:
         raise _bad(f"hello.{key} is a {type(sp).__name__}; expected a map {{shape: [ints], low, high}}")
     shape = _field({**sp, "type": f"hello.{key}"}, "shape", "an array of positive integers")
     if not isinstance(shape, list) or not shape or not all(_is_int(d) and d > 0 for d in shape):
-        raise _bad(f"hello.{key}.shape = {shape!r:.80}; expected a non-empty array of positive integers")
+        raise _bad(f"hello.{key}.shape = {shown(shape, 80)}; expected a non-empty array of positive integers")
     if action and len(shape) != 1:
         raise _bad(f"hello.{key}.shape = {shape}; expected one dimension (sacbot's actions are a 1-D Box)")
     limit = MAX_ACTION_DIMS if action else MAX_OBS_VALUES
@@ -307,13 +315,13 @@ class Hello:
 def check_hello(msg: dict) -> Hello:
     version = _field(msg, "version", f"the protocol version, an integer ({PROTOCOL_VERSION})")
     if not _is_int(version):
-        raise _bad(f"hello.version = {version!r:.40}; expected an integer ({PROTOCOL_VERSION})")
+        raise _bad(f"hello.version = {shown(version, 40)}; expected an integer ({PROTOCOL_VERSION})")
     if version != PROTOCOL_VERSION:
         raise ProtocolError("version", f"this server speaks protocol version {PROTOCOL_VERSION}, the client "
                                        f"{version}; expected version {PROTOCOL_VERSION} (docs/protocol.md)")
     bot = _field(msg, "bot", "the bot's name, a string")
     if not isinstance(bot, str) or not NAME_RE.match(bot):
-        raise ProtocolError("bad_name", f"hello.bot = {bot!r:.80} is not accepted as a bot name; expected 1 to 64 "
+        raise ProtocolError("bad_name", f"hello.bot = {shown(bot, 80)} is not accepted as a bot name; expected 1 to 64 "
                                         "letters, digits, '_' or '-', starting with a letter or digit (it names "
                                         "the bot's directory)")
     token = _field(msg, "token", "a string", required=False, allow_nil=True)
@@ -351,7 +359,7 @@ def check_step(msg: dict, obs: BoxSpec) -> Step:
     reward = _field(msg, "reward", "a number, or nil on an episode's first step", required=False, allow_nil=True)
     if reward is not None:
         if not _is_number(reward):
-            raise _bad(f"step.reward = {reward!r:.40} ({type(reward).__name__}); expected a number, or nil on an "
+            raise _bad(f"step.reward = {shown(reward, 40)} ({type(reward).__name__}); expected a number, or nil on an "
                        "episode's first step")
         try:
             reward = check_reward(reward)
@@ -368,6 +376,6 @@ def check_step(msg: dict, obs: BoxSpec) -> Step:
             raise _bad(f"step.info is a {type(info).__name__}; expected a map (or nil)")
         w = info.get("won")
         if w is not None and not isinstance(w, bool):
-            raise _bad(f"step.info.won = {w!r:.40}; expected a boolean (or absent)")
+            raise _bad(f"step.info.won = {shown(w, 40)}; expected a boolean (or absent)")
         won = w
     return Step(x, reward, flags[0], flags[1], won)

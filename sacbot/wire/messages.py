@@ -136,21 +136,34 @@ def check_vector(name: str, x, dim: int, shape: tuple[int, ...] | None = None,
                        "their gradients; scale the observation, or map sentinels to small values)")
 
 
+def shown(value, limit: int = 80) -> str:
+    """``value`` for an error message, at most about ``limit`` characters: the repr of a scalar, the
+    type and size of anything else (a repr of hostile input can nest a thousand levels deep, past
+    Python's recursion limit, or run to megabytes)."""
+    if value is None or isinstance(value, bool | int | float | complex | str | bytes | np.generic):
+        r = repr(value)
+        return r if len(r) <= limit else r[: max(1, limit - 3)] + "..."
+    try:
+        return f"a {type(value).__name__} of {len(value)} items"
+    except TypeError:
+        return f"a {type(value).__name__}"
+
+
 def check_reward(reward) -> float:
     """A finite reward of at most ``MAX_ABS_REWARD`` in size, as a Python float."""
     if isinstance(reward, str | bytes) or isinstance(reward, complex | np.complexfloating):
         # float("1") would pass: a game loop's bug, not a reward
-        raise MessageError(f"reward must be a real number, got {reward!r}")
+        raise MessageError(f"reward must be a real number, got {shown(reward)}")
     try:
         r = float(reward)
     except (TypeError, ValueError):
-        raise MessageError(f"reward must be a finite number, got {reward!r}") from None
+        raise MessageError(f"reward must be a finite number, got {shown(reward)}") from None
     except OverflowError:  # an int too large for a float (10**400)
         raise MessageError(f"reward must be finite with |r| <= {MAX_ABS_REWARD:.0e}, got an integer of "
                            f"{int(reward).bit_length()} bits") from None
     if not (np.isfinite(r) and abs(r) <= MAX_ABS_REWARD):
         raise MessageError(f"reward must be finite with |r| <= {MAX_ABS_REWARD:.0e} (larger ones overflow the "
-                           f"critic's float32 losses; scale the game's rewards), got {reward!r}")
+                           f"critic's float32 losses; scale the game's rewards), got {shown(reward)}")
     return r
 
 
@@ -163,11 +176,11 @@ def check_opponent(opponent) -> str:
         return str(int(opponent))
     if not isinstance(opponent, str):
         raise MessageError(f"opponent must be a str (a stable name) or an int id, got {type(opponent).__name__} "
-                           f"{opponent!r:.80}")
+                           f"{shown(opponent)}")
     try:
         opponent.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise MessageError(f"opponent {opponent!r:.80} is not valid text ({e.reason} at {e.start}); it would "
+        raise MessageError(f"opponent {shown(opponent)} is not valid text ({e.reason} at {e.start}); it would "
                            "make every checkpoint unwritable") from None
     if len(opponent) > MAX_OPPONENT_CHARS:
         raise MessageError(f"opponent is {len(opponent)} characters, at most {MAX_OPPONENT_CHARS} accepted "
@@ -182,7 +195,7 @@ def check_flag(name: str, value) -> bool:
         return bool(value)
     if isinstance(value, int | np.integer) and value in (0, 1):
         return bool(value)
-    raise MessageError(f"{name} must be a bool (or 0/1), got {value!r}")
+    raise MessageError(f"{name} must be a bool (or 0/1), got {shown(value)}")
 
 
 def make_transition(obs, action, reward, next_obs, terminated, truncated, *, obs_dim: int,
