@@ -37,6 +37,7 @@ log = logging.getLogger("sacbot")
 LOOP_TICK_S = 0.05  # how often the loop looks at the deadlines (timeouts are seconds) and the stop
 STOP_GRACE_S = 10.0  # at a stop, how long the loop waits for the games' last frames before it closes them
 RECV_BYTES = 65536
+ACCEPTS_PER_TURN = 16
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 
@@ -128,7 +129,8 @@ class Loop:
                 self._check_deadlines(now)
 
     def _accept(self, listener: socket.socket) -> None:
-        while True:
+        # A few at a time: a flood of connections waits in the backlog between the games' steps.
+        for _ in range(ACCEPTS_PER_TURN):
             try:
                 sock, addr = listener.accept()
             except (BlockingIOError, InterruptedError):
