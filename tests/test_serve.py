@@ -29,7 +29,7 @@ from helpers import StderrWatcher, dir_digests, wait_until
 from sacbot.config import Config, ConfigError
 from sacbot.serve import PROTOCOL_VERSION
 from sacbot.serve.client import SacbotClient, ServerError
-from sacbot.serve.protocol import FrameReader, decode_body, encode_frame
+from sacbot.serve.protocol import FrameReader, PeerClosed, decode_body, encode_frame
 from sacbot.serve.server import ServeOptions, Server
 from sacbot.store import checkpoint as ck
 
@@ -581,6 +581,64 @@ def test_a_game_that_stops_reading_its_replies_is_dropped_and_others_play_on(gua
     assert guarded.registry.get("deaf").disconnects == 1
     assert bystander.step(np.zeros(3), 0.0) is not None
     s.close()
+
+
+def _random_value(r, depth=0):
+    k = r.randrange(9 if depth < 4 else 7)
+    if k == 7:
+        return [_random_value(r, depth + 1) for _ in range(r.randrange(4))]
+    if k == 8:
+        return {str(r.randrange(5)): _random_value(r, depth + 1) for _ in range(r.randrange(3))}
+    return [None, True, r.randint(-2**63, 2**63 - 1), r.uniform(-1e300, 1e300), "x" * r.randrange(50),
+            b"\xff" * r.randrange(5), math.nan][k]
+
+
+@pytest.mark.timeout(120)
+def test_random_bytes_and_messages_get_only_specific_refusals_and_the_loop_serves_on(tmp_path):
+    """300 connections of random input, seeded: raw bytes, random frames, and protocol messages with
+    fields replaced by random values.  No refusal is an ``internal`` error (a fault of ours), and
+    another game steps after each connection."""
+    import random
+
+    r = random.Random(7)
+    token_free = [{"type": "hello", "version": PROTOCOL_VERSION, "bot": "f", "obs_space": OBS, "action_space": ACT},
+                  {"type": "new_episode", "opponent": "o"}, step_msg(), step_msg(reward=None), {"type": "close"}]
+    codes: dict[str, int] = {}
+    with serving(tmp_path, idle_timeout=2.0, frame_timeout=0.5) as server:
+        other = client(server, "other")
+        other.connect()
+        other.new_episode("toy")
+        assert other.step(np.zeros(3)) is not None
+        for _ in range(300):
+            frames = []
+            for _ in range(r.randrange(1, 6)):
+                kind = r.randrange(4)
+                if kind == 0:
+                    frames.append(r.randbytes(r.randrange(1, 40)))
+                elif kind == 1:
+                    frames.append(frame(msgpack.packb(_random_value(r))))
+                else:
+                    m = dict(r.choice(token_free))
+                    for _ in range(r.randrange(3)):
+                        m[r.choice([*m, "info", "terminated", "x"])] = _random_value(r)
+                    frames.append(frame(msgpack.packb(m)))
+            s = raw(server)
+            try:
+                s.sendall(b"".join(frames))
+                s.shutdown(socket.SHUT_WR)  # the server answers what came, then sees the end
+                reader = FrameReader(s)
+                while True:
+                    msg = decode_body(reader.read(idle_timeout=10, frame_timeout=10))
+                    if msg["type"] == "error":
+                        codes[msg["code"]] = codes.get(msg["code"], 0) + 1
+            except (ConnectionError, PeerClosed):
+                pass  # the server closed after its error frame, or after the game's end
+            finally:
+                s.close()
+            assert other.step(np.zeros(3), 0.0) is not None
+        assert server.loop.links and server._threads[0].is_alive()
+    assert "internal" not in codes, codes
+    assert {"bad_frame", "bad_message"} <= set(codes), codes  # the random input was refused, and for its faults
 
 
 @pytest.mark.timeout(90)
