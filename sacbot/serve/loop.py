@@ -37,6 +37,7 @@ log = logging.getLogger("sacbot")
 LOOP_TICK_S = 0.05  # how often the loop looks at the deadlines (timeouts are seconds) and the stop
 STOP_GRACE_S = 10.0  # at a stop, how long the loop waits for the games' last frames before it closes them
 RECV_BYTES = 65536
+THREAD_POLL_S = 0.25  # how soon a connection's own thread, idle, sees that its connection has closed
 ACCEPTS_PER_TURN = 16
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
@@ -214,7 +215,7 @@ class Loop:
                 link.conn.fail(e)
                 self._take(link, False)
                 return
-            if link.threaded:
+            if self.server.threaded:
                 self._hand_over(link, msg)
                 return
             try:
@@ -238,7 +239,7 @@ class Loop:
         link.busy = True
         self._interest(link)
         self.workers = [w for w in self.workers if w.is_alive()]
-        if link.threaded:
+        if self.server.threaded:
             if link.inbox is None:
                 link.inbox = queue.SimpleQueue()
                 t = threading.Thread(target=self._conn_thread, args=(link,), name=f"sacbot-serve-conn-{link.cid}",
@@ -253,35 +254,33 @@ class Loop:
         t.start()
 
     def _off_loop(self, link: _Link, msg: dict) -> None:
-        keep = False
         link.conn.on_loop = False
         try:
-            keep = link.conn.process(msg)
+            self._process_and_hand_back(link, msg)
         finally:
             link.conn.on_loop = True
-            self._done.put((link, keep))
-            self._wake()
 
     def _conn_thread(self, link: _Link) -> None:
         link.conn.on_loop = False
         assert link.inbox is not None
         while not link.closed:
             try:
-                msg = link.inbox.get(timeout=p.POLL_S)
+                msg = link.inbox.get(timeout=THREAD_POLL_S)
             except queue.Empty:
                 continue
-            keep = False
-            try:
-                keep = link.conn.process(msg)
-            finally:
-                self._done.put((link, keep))
-                self._wake()
+            self._process_and_hand_back(link, msg)
 
-    def _wake(self) -> None:
+    def _process_and_hand_back(self, link: _Link, msg: dict) -> None:
+        """On a connection's thread: ``msg``'s replies go back to the loop, which is woken for them."""
+        keep = False
         try:
-            self._wake_w.send(b"\0")
-        except (BlockingIOError, OSError):  # full: the loop has a wake-up pending anyway
-            pass
+            keep = link.conn.process(msg)
+        finally:
+            self._done.put((link, keep))
+            try:
+                self._wake_w.send(b"\0")
+            except OSError:  # full (the loop has a wake-up pending anyway), or closed at the end
+                pass
 
     def _take(self, link: _Link, keep: bool) -> None:
         """Queue the connection's replies and send what the socket takes now."""
@@ -341,9 +340,7 @@ class Loop:
         try:
             link.conn.fail(p.ProtocolError("internal", f"the server failed on this connection ({type(e).__name__}: "
                                                        f"{e}); this is a bug in sacbot, please report it"), quiet=True)
-            link.out += b"".join(link.conn.outbox)
-            link.conn.outbox.clear()
-            link.sock.send(link.out)  # one try: this connection is closed next whatever happens
+            self._take(link, False)  # one try to send the error frame: the connection is closed next
         except Exception:  # noqa: BLE001, S110 - the close below is what matters
             pass
         self._close(link)
@@ -402,10 +399,6 @@ class _Link:
     closing_since: float = 0.0
     closed: bool = False
     events: int = 0  # the selector's interest now
-
-    @property
-    def threaded(self) -> bool:
-        return self.conn.server.threaded
 
 
 def _send_and_close(sock: socket.socket, msg: dict) -> None:

@@ -18,7 +18,6 @@ import math
 import re
 import socket
 import struct
-import threading
 import time
 from dataclasses import dataclass
 
@@ -45,8 +44,6 @@ MAX_TOKEN_CHARS = 1024
 # without dots at all, so that it can never collide with the server's own files there (status.json).
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 _HEADER = struct.Struct(">I")
-# The poll slice of a blocked read: how soon a read notices a server stop.
-POLL_S = 0.25
 
 
 class ProtocolError(Exception):
@@ -157,15 +154,15 @@ def idle_timeout_error(idle_timeout: float) -> ProtocolError:
 class FrameReader:
     """Reads frames from a blocking socket (the clients' side) with two deadlines: ``idle_timeout``
     for the first byte of a frame (a peer that sends nothing), and ``frame_timeout`` from that byte
-    to the frame's last.  ``stop`` (an Event) ends a wait early."""
+    to the frame's last."""
 
-    def __init__(self, sock: socket.socket, max_frame: int = MAX_FRAME, stop: threading.Event | None = None):
-        self.sock, self.stop = sock, stop
+    def __init__(self, sock: socket.socket, max_frame: int = MAX_FRAME):
+        self.sock = sock
         self._frames = FrameBuffer(max_frame)
 
     def read(self, idle_timeout: float, frame_timeout: float) -> bytes:
         """The next frame's body.  Raises ProtocolError (frame_too_large, bad_frame, idle_timeout,
-        frame_timeout, server_stopping), PeerClosed, or OSError."""
+        frame_timeout), PeerClosed, or OSError."""
         first = time.monotonic() if len(self._frames) else None
         deadline = (first + frame_timeout) if first is not None else time.monotonic() + idle_timeout
         while True:
@@ -177,10 +174,7 @@ class FrameReader:
                 if first is None:
                     raise idle_timeout_error(idle_timeout)
                 raise frame_timeout_error(frame_timeout, len(self._frames), self._frames.expected())
-            if self.stop is not None and self.stop.is_set():
-                raise ProtocolError("server_stopping", "the server is stopping; expected a reconnect once it is "
-                                                       "back")
-            self.sock.settimeout(min(POLL_S, deadline - now))
+            self.sock.settimeout(deadline - now)
             try:
                 chunk = self.sock.recv(65536)
             except TimeoutError:

@@ -6,17 +6,11 @@
     server.wait()                  # until ``stop`` is set
     code = server.shutdown()       # every bot's final save; sacbot run's exit codes
 
-Threads, all named: ``sacbot-serve-loop`` (:mod:`sacbot.serve.loop`) runs one selector over the listeners and every
-connection: it accepts, reads and writes without blocking, and runs each step itself (a step is
-an ``act()``, fast numpy).  Thirty-two games at 30 ticks a second cost it about a thousand short
-calls a second; a thread per game cost as many thread wake-ups and GIL hand-offs, and made ticks
-late on a busy machine.  What may take long runs on a ``sacbot-serve-conn-<n>`` thread while the
-loop serves the others: a hello (it loads a bot and may start its learner), a bot's retirement
-(its final save), and, where a step may wait for the learner (``--pace lockstep``, ``--hold-ms``),
-that connection's every message.  ``sacbot-serve-status`` writes ``ROOT/status.json`` once a
-second.  The wire protocol is in :mod:`sacbot.serve.protocol` and docs/protocol.md.  Nothing here
-imports torch: the bots' learners are built by the same assembly an Agent uses (``--learner thread``
-or ``process``).
+Threads, all named: ``sacbot-serve-loop`` serves every connection from one selector, and runs the
+steps itself; what may take long runs on ``sacbot-serve-conn-<n>`` threads (:mod:`sacbot.serve.loop`
+says which); ``sacbot-serve-status`` writes ``ROOT/status.json`` once a second.  The wire protocol
+is in :mod:`sacbot.serve.protocol` and docs/protocol.md.  Nothing here imports torch: the bots'
+learners are built by the same assembly an Agent uses (``--learner thread`` or ``process``).
 """
 
 from __future__ import annotations
