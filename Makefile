@@ -9,9 +9,9 @@ run:
 # Lint, then the whole test suite, one pytest-xdist worker per core: the suite is mostly
 # single-threaded, so on CI's 2 cores this halves it.  nproc, not xdist's "auto", because nproc
 # honours the CPUs this process may use (auto may count the host's); at most 4 workers, because each
-# imports torch and the cluster test fails when its processes are starved.  `make test JOBS=1`
-# runs it on one.  --dist loadgroup keeps the Ray tests on one worker (tests/test_cluster.py), and the
-# Robocode battles on one (tests/test_robocode.py).  Setup installs the JDK, msgpack-java and Robocode
+# imports torch.  `make test JOBS=1` runs it on one.  The tests marked alone run after, one at a time:
+# latency bounds, Robocode's battles (a robot starved for 30 turns is stopped) and the Ray clusters (a
+# starved GCS makes Ray's driver give up).  Setup installs the JDK, msgpack-java and Robocode
 # from the OS packages where they are missing, so the Java client's and Robocode's tests run.
 JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo $$n)
 test:

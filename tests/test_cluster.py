@@ -12,15 +12,18 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
 from helpers import StderrWatcher, dir_digests, pid_alive, read_status, wait_until
 
 pytest.importorskip("ray")
-# Under pytest-xdist these tests share one worker: each ends by killing every Ray process that
-# appeared while it ran, which would take down a cluster another worker's test had started.
-pytestmark = pytest.mark.xdist_group("ray")
+# Alone (make test runs them last, one at a time, with nothing else on the machine): a Ray instance
+# sharing 2 cores with the suite's other worker lost its GCS for 60 s and its driver gave up.  The
+# group keeps them on one worker should they run under pytest-xdist: each ends by killing every Ray
+# process that appeared while it ran, which would take down a cluster another worker's test had started.
+pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.alone]
 
 from sacbot.store.checkpoint import read_checkpoint  # noqa: E402
 
@@ -66,6 +69,20 @@ def _stop(p, before: set[int]) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def _ray_said(r: subprocess.CompletedProcess) -> str:
+    """A failed cluster's stderr, then the end of its Ray instance's GCS and raylet logs, which say why
+    Ray gave up where the driver's stderr only says that it did."""
+    out = [r.stderr[-4000:]]
+    for name in ("gcs_server.out", "raylet.out"):
+        path = os.path.join(tempfile.gettempdir(), "ray", "session_latest", "logs", name)
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                out.append(f"--- {path}:\n" + "".join(f.readlines()[-30:]))
+        except OSError as e:
+            out.append(f"--- {path}: {e}")
+    return "\n".join(out)
 
 
 def _ray_pids() -> set[int]:
@@ -188,8 +205,7 @@ def _trained_bot(tmp_path, steps: int):
 @pytest.mark.timeout(240)
 def test_the_default_pace_trains_a_slow_learner_on_every_transition(tmp_path):
     # The learner pace: two bots far faster than a learner at UTD 4 (queues of 8) lose nothing,
-    # and the learner does its UTD steps for what it got, less what the close cut short.  Small:
-    # a Ray instance starved of CPU by the suite's other worker loses its GCS after 60 s.
+    # and the learner does its UTD steps for what it got, less what the close cut short.
     steps, utd, weights = 100, 4, tmp_path / "w"
     ray_before = _ray_pids()
     r = subprocess.run(SACBOT + ["cluster", "--bots", "2", "--env", "Pendulum-v1", "--steps", str(steps),
@@ -197,7 +213,7 @@ def test_the_default_pace_trains_a_slow_learner_on_every_transition(tmp_path):
                                  "--seq-len", "4", "--learning-starts", "20", "--root", str(tmp_path / "train"),
                                  "--weights-path", str(weights), "--bot-cpus", "0.5", "--quiet"],
                        capture_output=True, text=True, timeout=200)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, _ray_said(r)
     assert "not keeping up" not in r.stderr
     (summary,) = [x for x in r.stderr.splitlines() if "the bots played" in x]
     assert f"the bots played {2 * steps} transitions; the learner got {2 * steps}, 0 were dropped at the bots and " \
@@ -215,7 +231,7 @@ def test_eval_on_a_cluster_sends_nothing_and_writes_nothing(tmp_path):
     r = subprocess.run(SACBOT + ["cluster", "--eval", "--bots", "2", "--episodes", "1", "--env", "Pendulum-v1",
                                  "--hidden", "16", "--root", str(tmp_path / "root"), "--weights-path", str(weights),
                                  "--bot-cpus", "0.5", "--quiet"], capture_output=True, text=True, timeout=200)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, _ray_said(r)
     assert dir_digests(weights) == before
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert {b["episodes"] for b in out["bots"].values()} == {1}
