@@ -127,7 +127,7 @@ def test_bench_tankduel_shows_a_failed_training_runs_message_and_keeps_its_dir(t
 
 @pytest.mark.timeout(120)
 def test_bench_tankduel_train_runs_each_seed_and_variant_and_sums_up_their_last_points(tmp_path):
-    p = run_tool("bench/tankduel", "--train", "--steps", "1100", "--save-every", "50", "--seed", "3", "4",
+    p = run_tool("bench/tankduel", "--train", "--steps", "1100", "--save-every", "550", "--seed", "3", "4",
                  "--jobs", "2", "--opponents", "sitting_duck", "--episodes", "1",
                  env={**os.environ, "TMPDIR": str(tmp_path)})
     assert p.returncode == 0, p.stderr
