@@ -207,6 +207,15 @@ def test_each_benchmark_runs_at_smoke_size_and_prints_its_json_line(tool, args, 
     assert check(result), result
 
 
+@pytest.mark.timeout(60)
+def test_a_server_that_refuses_its_flags_is_named_with_its_reason_by_the_serve_benchmarks():
+    p = subprocess.run([sys.executable, str(TOOLS / "bench" / "serve_many.py"), "--clients", "1", "--seconds", "1",
+                        "--learning-starts", "500000"], capture_output=True, text=True, timeout=50)
+    assert p.returncode != 0
+    assert "sacbot serve did not start (exit 2): " in p.stderr and "learning_starts = 500000 is more than " \
+           "buffer_size" in p.stderr, p.stderr
+
+
 def test_the_robustness_suite_statistics():
     rb = load_tool("bench/robust")
     assert rb.iqm([1, 2, 3, 4, 100, -100, 5, 6]) == 3.5  # the middle half of 8: 2, 3, 4, 5

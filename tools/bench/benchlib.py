@@ -48,14 +48,17 @@ class ServeProcess:
                                      stderr=subprocess.PIPE, text=True)
         assert self.proc.stderr is not None
         self.port: int | None = None
+        said = []  # what it printed before it listened: the reason, if it never does
         for line in self.proc.stderr:
             if "listening on tcp 127.0.0.1:" in line:
                 self.port = int(line.split("127.0.0.1:")[1].split()[0].rstrip(","))
                 break
+            said.append(line)
         if self.port is None:
             self.proc.kill()
             self.proc.wait(timeout=60)
-            raise SystemExit(f"sacbot serve did not start (exit {self.proc.returncode})")
+            raise SystemExit(f"sacbot serve did not start (exit {self.proc.returncode}): "
+                             + ("".join(said[-5:]).strip() or "it printed nothing"))
         threading.Thread(target=self.proc.stderr.read, name="serve-stderr", daemon=True).start()
 
     def __enter__(self) -> ServeProcess:
