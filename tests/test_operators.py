@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import json
 import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 from helpers import ACT_SPACE, OBS_SPACE, StderrWatcher, play, small_cfg, wait_exit
@@ -66,6 +68,8 @@ def test_save_receipts_that_cannot_be_written_are_logged_once(tmp_path, caplog):
 def test_a_full_run_directory_is_logged_once_per_file_and_error(tmp_path, caplog, monkeypatch):
     """ENOSPC on every write into the run directory: the heartbeat (atomic: temp, then rename) and
     the episodes log (append) are each said once, with the error."""
+    from sacbot.store.liveness import flush_heartbeats
+
     cfg = small_cfg(tmp_path)
     run = str(tmp_path / "run")
     real_replace, real_open = os.replace, open
@@ -86,10 +90,44 @@ def test_a_full_run_directory_is_logged_once_per_file_and_error(tmp_path, caplog
             monkeypatch.setattr(os, "replace", replace)
             monkeypatch.setattr("builtins.open", opener)
             play(agent, 30)
+            flush_heartbeats(os.path.join(run, "status.json"))  # its writer's thread has met the full disk
             monkeypatch.undo()
     for name in ("status.json", "episodes.jsonl"):
         lines = said(caplog, os.path.join(run, name))
         assert len(lines) == 1 and "No space left on device" in lines[0], (name, lines)
+
+
+def test_a_heartbeat_whose_disk_hangs_keeps_no_tick_waiting_and_is_written_once_the_disk_answers(
+        tmp_path, monkeypatch):
+    """status.json's rename took 0.2-1.2 ms on the acting thread once a second, per bot: a server's
+    loop acting for 32 games paid 32 a second between steps.  Here the rename hangs until released:
+    every tick still returns, and the newest status lands once the disk answers."""
+    from sacbot.store.liveness import flush_heartbeats
+
+    cfg = dataclasses.replace(small_cfg(tmp_path), learner="thread")
+    status = str(tmp_path / "run" / "status.json")
+    real_replace, disk, hung = os.replace, threading.Event(), threading.Event()
+
+    def replace(src, dst, *a, **k):
+        if os.path.abspath(dst) == status:
+            hung.set()
+            disk.wait(60)  # the test's timeout ends a tick that wrongly waits here
+        return real_replace(src, dst, *a, **k)
+
+    monkeypatch.setattr(os, "replace", replace)
+    agent = Agent(cfg, OBS_SPACE, ACT_SPACE)
+    try:
+        play(agent, 25)  # the first tick hands its status to the writer, which hangs in the rename
+        assert hung.wait(30) and not disk.is_set()
+        assert agent.ticks == 25 and not os.path.exists(status)
+        assert not flush_heartbeats(status, timeout=0.2)  # still hanging
+        disk.set()
+        assert flush_heartbeats(status, timeout=30)
+        assert json.loads(open(status).read())["ticks"] >= 1
+    finally:
+        disk.set()
+        agent.close()
+    assert json.loads(open(status).read())["ticks"] == 25  # close writes the last one and waits for it
 
 
 def test_training_metrics_that_cannot_be_written_are_logged_once_not_per_pass(tmp_path, caplog):
