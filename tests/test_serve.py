@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import select
 import selectors
 import signal
@@ -430,6 +431,18 @@ def test_a_bad_frame_gets_an_error_frame_and_others_play_on(guarded, bystander, 
     s = raw(guarded)
     s.sendall(data)
     expect_error(s, code, *needles, bystander=bystander)
+
+
+def test_an_observation_of_plain_numbers_is_taken_and_the_first_value_of_another_type_is_named():
+    from sacbot.serve.protocol import ProtocolError, numbers
+
+    got = numbers("step.obs", [1, 2.5, -3, np.float64(0.5)], 4)  # ints, floats, a float's subclass
+    assert got.dtype == np.float64 and got.tolist() == [1.0, 2.5, -3.0, 0.5]
+    for bad, named in (([0.0] * 6 + [False, 1.0], "step.obs[6] = False (bool)"),
+                       ([0.0, 1.0, None], "step.obs[2] = None (NoneType)"),
+                       ([0.0, [1.0], 2.0], "step.obs[1] = a list of 1 items (list)")):
+        with pytest.raises(ProtocolError, match=re.escape(named)):
+            numbers("step.obs", bad, len(bad))
 
 
 BAD_STEPS = {

@@ -212,15 +212,21 @@ def _is_number(v) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
+_NUMBER_TYPES = frozenset((int, float))
+
+
 def numbers(where: str, v, n: int) -> np.ndarray:
     """A flat msgpack array of ``n`` numbers (int or float; never bool, string or nil) as float64."""
     if not isinstance(v, list):
         raise _bad(f"{where} is a {type(v).__name__}; expected an array of {n} numbers")
     if len(v) != n:
         raise _bad(f"{where} has {len(v)} values; expected {n} (the space's shape, flattened in row-major order)")
-    for i, x in enumerate(v):
-        if not _is_number(x):
-            raise _bad(f"{where}[{i}] = {shown(x, 40)} ({type(x).__name__}); expected a number (int or float)")
+    # The types in C first (msgpack gives exact float and int, never a subclass); the loop in Python,
+    # which names the first bad value, only for an array that fails it.
+    if not _NUMBER_TYPES.issuperset(map(type, v)):
+        for i, x in enumerate(v):
+            if not _is_number(x):
+                raise _bad(f"{where}[{i}] = {shown(x, 40)} ({type(x).__name__}); expected a number (int or float)")
     try:
         return np.array(v, np.float64)
     except OverflowError:  # an integer of more than 64 bits
