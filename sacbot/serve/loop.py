@@ -199,7 +199,7 @@ class Loop:
 
     def _pump(self, link: _Link) -> None:
         """Handle ``link``'s whole frames, one at a time, while nothing of it is pending."""
-        while not (link.busy or link.closing or link.closed or link.out):
+        while link.ready:
             if self._stop_by is not None:
                 link.conn.fail(p.ProtocolError("server_stopping", "the server is stopping; expected a reconnect "
                                                                   "once it is back"))
@@ -224,7 +224,7 @@ class Loop:
                 self._hand_over(link, msg)
                 return
             self._take(link, keep)
-        if link.eof and not (link.busy or link.closing or link.closed or link.out):
+        if link.eof and link.ready:
             if len(link.frames):
                 log.info("serve: %s: the connection was closed in the middle of a frame", link.conn.peer)
             link.conn.end()
@@ -238,18 +238,17 @@ class Loop:
         one for this message alone (a hello, a bot to retire).  The loop takes the replies back."""
         link.busy = True
         self._interest(link)
-        self.workers = [w for w in self.workers if w.is_alive()]
         if self.server.threaded:
             if link.inbox is None:
                 link.inbox = queue.SimpleQueue()
-                t = threading.Thread(target=self._conn_thread, args=(link,), name=f"sacbot-serve-conn-{link.cid}",
-                                     daemon=True)
-                self.workers.append(t)
-                t.start()
+                self._start_worker(link, self._conn_thread, link)
             link.inbox.put(msg)
             return
-        t = threading.Thread(target=self._off_loop, args=(link, msg), name=f"sacbot-serve-conn-{link.cid}",
-                             daemon=True)
+        self._start_worker(link, self._off_loop, link, msg)
+
+    def _start_worker(self, link: _Link, target, *args) -> None:
+        self.workers = [w for w in self.workers if w.is_alive()]  # pruned as threads are added, not per message
+        t = threading.Thread(target=target, args=args, name=f"sacbot-serve-conn-{link.cid}", daemon=True)
         self.workers.append(t)
         t.start()
 
@@ -399,6 +398,11 @@ class _Link:
     closing_since: float = 0.0
     closed: bool = False
     events: int = 0  # the selector's interest now
+
+    @property
+    def ready(self) -> bool:
+        """It may take its next frame: nothing of it runs on a thread or waits to be sent, and it is open."""
+        return not (self.busy or self.closing or self.closed or self.out)
 
 
 def _send_and_close(sock: socket.socket, msg: dict) -> None:

@@ -61,13 +61,12 @@ class _Writer:
         self._cond = threading.Condition()
         self._pending: dict[str, str] = {}  # path -> newest text not yet taken by the thread
         self._writing: str | None = None  # the path the thread is writing now
-        self._thread: threading.Thread | None = None
-        self.stop = threading.Event()  # set to end the thread (tests); the process's exit ends it too
+        self._thread: threading.Thread | None = None  # running while there is work; ends when idle
 
     def put(self, path: str, text: str) -> None:
         with self._cond:
             self._pending[path] = text
-            if self._thread is None or not self._thread.is_alive():
+            if self._thread is None:
                 # A daemon: a heartbeat is never worth holding the interpreter's exit for.
                 self._thread = threading.Thread(target=self._run, name="sacbot-heartbeat", daemon=True)
                 self._thread.start()
@@ -79,11 +78,10 @@ class _Writer:
             return self._cond.wait_for(lambda: path not in self._pending and self._writing != path, timeout)
 
     def _run(self) -> None:
-        while not self.stop.is_set():
+        while True:
             with self._cond:
-                if not self._cond.wait_for(lambda: self._pending or self.stop.is_set(), timeout=1.0):
-                    continue
-                if not self._pending:
+                if not self._cond.wait_for(lambda: self._pending, timeout=WRITER_IDLE_S):
+                    self._thread = None  # the next put starts another
                     return
                 path = next(iter(self._pending))
                 text = self._pending.pop(path)
@@ -106,6 +104,7 @@ class _Writer:
         self._pending, self._writing, self._thread = {}, None, None
 
 
+WRITER_IDLE_S = 5.0  # the writer's thread ends after this long with nothing to write
 _writer = _Writer()
 if hasattr(os, "register_at_fork"):  # POSIX; Windows forks nothing
     os.register_at_fork(after_in_child=_writer.reset_in_child)
