@@ -235,11 +235,14 @@ def test_the_robustness_suite_appends_each_run_and_resumes_where_it_stopped(tmp_
     out = tmp_path / "suite.jsonl"
     args = ("--tasks", "Pendulum-v1", "--views", "full", "F", "--arms", "sacbot", "random", "--steps", "200",
             "--seeds", "0", "--episodes", "1", "--out", out)
-    p = run_tool("bench/robust", *args)
+    p = run_tool("bench/robust", *args, "--jobs", "2")  # two worker processes, the parent writes the rows
     assert p.returncode == 0, p.stderr
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert sorted((r["view"], r["arm"]) for r in rows) == [("F", "random"), ("F", "sacbot"), ("full", "random"),
                                                           ("full", "sacbot")]
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=TOOLS)
+    assert {r["commit"].removesuffix("+dirty") for r in rows} == {head.stdout.strip() or "unknown"}
+    assert all("cores)" in r["cpu"] for r in rows) and all(r["seconds"] > 0 for r in rows if r["arm"] == "sacbot")
     rep = json.loads(p.stdout.strip().splitlines()[-1])
     assert rep["runs"] == 4 and rep["report"]["Pendulum-v1 F"]["sacbot"]["iqm"] == round(
         next(r["return"] for r in rows if (r["view"], r["arm"]) == ("F", "sacbot")), 2)

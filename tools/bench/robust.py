@@ -9,7 +9,9 @@ for ``--steps`` env steps and is scored by the mean return of ``--episodes`` det
 episodes on seeds apart from training's.
 
 Resumable over several sittings: every finished run is appended to ``--out`` (JSONL) as it ends,
-and a run already there (same task, view, arm, seed and steps) is not run again.  The report reads
+with the commit, the machine's processor, the date and its wall time, and a run already there (same
+task, view, arm, seed and steps) is not run again.  ``--jobs N`` runs N at once (each run uses about
+one core: lockstep pace, one torch thread).  The report reads
 the whole file: per task and view, each arm's interquartile mean over seeds with a bootstrap 95%
 confidence interval (rliable's method, in numpy) and its worst seed; and each seed's share of the
 gap between the random policy and SB3 SAC's mean on the fully observed task.
@@ -26,7 +28,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from multiprocessing import get_context
 
 import numpy as np
 
@@ -131,6 +137,33 @@ def run_one(a, task: str, view: str, arm: str, seed: int) -> float | None:
     return bl.evaluate_actor(bl.int8_actor(path), eid, a.episodes, seed, arm == "memoryless", rin)
 
 
+def timed_run(a, key: tuple) -> tuple[tuple, float | None, float]:
+    """One run in a worker process: its key, its return (None: the arm cannot run here), seconds."""
+    t0 = time.monotonic()
+    task, view, arm, seed, _ = key
+    return key, run_one(a, task, view, arm, seed), time.monotonic() - t0
+
+
+def provenance() -> dict:
+    """What a row says of where it was measured: the commit (``+dirty`` for local changes) and the
+    processor, so that rows from several sittings and machines can be told apart."""
+    root = os.path.dirname(os.path.dirname(HERE))
+    try:
+        commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=10).stdout.strip() or "unknown"
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = "unknown", ""
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"commit": commit + ("+dirty" if dirty else ""), "cpu": f"{cpu} ({os.cpu_count()} cores)"}
+
+
 def done_keys(path: str) -> set:
     keys = set()
     if os.path.exists(path):
@@ -167,32 +200,43 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=25_000, help="env steps per training run")
     p.add_argument("--episodes", type=int, default=10, help="eval episodes per run")
     p.add_argument("--out", default="bench_robust.jsonl", help="results file, appended to (resumable)")
+    p.add_argument("--jobs", type=int, default=1, help="runs at once (each about one core)")
     p.add_argument("--report-only", action="store_true", help="report what --out holds; run nothing")
     a = p.parse_args()
-    if a.steps < 1 or a.episodes < 1 or any(s < 0 for s in a.seeds):
-        p.error("--steps and --episodes want integers >= 1, --seeds integers >= 0")
+    if a.steps < 1 or a.episodes < 1 or a.jobs < 1 or any(s < 0 for s in a.seeds):
+        p.error("--steps, --episodes and --jobs want integers >= 1, --seeds integers >= 0")
     # What bench_learning's runs read from its own arguments.
     a.eval_every, a.sacbot_args, a.int8_vs_fp32 = max(a.steps, 1), "", False
     done = done_keys(a.out)
     if not a.report_only:
-        for task in a.tasks:
-            for view in a.views:
-                for seed in a.seeds:
-                    for arm in a.arms:
-                        key = (task, view, arm, seed, a.steps)
-                        if key in done:
-                            continue
-                        ret = run_one(a, task, view, arm, seed)
-                        if ret is None:
-                            print(f"bench_robust: {arm} cannot run here (pip install -e '.[bench]'); skipped",
-                                  file=sys.stderr)
-                            continue
-                        row = {"task": task, "view": view, "arm": arm, "seed": seed, "steps": a.steps,
-                               "episodes": a.episodes, "return": ret}
-                        with open(a.out, "a") as fh:
-                            fh.write(json.dumps(row) + "\n")
-                        done.add(key)
-                        print(f"bench_robust: {task} {view} {arm} seed {seed}: {ret:.1f}", file=sys.stderr, flush=True)
+        todo = [(task, view, arm, seed, a.steps) for task in a.tasks for view in a.views for seed in a.seeds
+                for arm in a.arms if (task, view, arm, seed, a.steps) not in done]
+        print(f"bench_robust: {len(todo)} runs to do, {a.jobs} at a time", file=sys.stderr, flush=True)
+        where = provenance()
+
+        def record(key: tuple, ret: float | None, seconds: float) -> None:
+            task, view, arm, seed, steps = key
+            if ret is None:
+                print(f"bench_robust: {arm} cannot run here (pip install -e '.[bench]'); skipped", file=sys.stderr)
+                return
+            row = {"task": task, "view": view, "arm": arm, "seed": seed, "steps": steps, "episodes": a.episodes,
+                   "return": ret, "seconds": round(seconds, 1), "date": time.strftime("%Y-%m-%d"), **where}
+            with open(a.out, "a") as fh:  # the parent alone writes: one whole line per run
+                fh.write(json.dumps(row) + "\n")
+            print(f"bench_robust: {task} {view} {arm} seed {seed}: {ret:.1f} ({seconds:.0f} s)", file=sys.stderr,
+                  flush=True)
+
+        if a.jobs == 1:
+            for key in todo:
+                record(*timed_run(a, key))
+        else:
+            # spawn, not fork: a worker that imports torch must not inherit a parent's threads.
+            with ProcessPoolExecutor(a.jobs, mp_context=get_context("spawn")) as pool:
+                pending = {pool.submit(timed_run, a, key) for key in todo}
+                while pending:
+                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for f in finished:
+                        record(*f.result())
     rows = read_rows(a.out, a.steps)
     print(json.dumps({"bench": "robust", "steps": a.steps, "out": a.out, "runs": len(rows), "report": report(rows)}))
     return 0
