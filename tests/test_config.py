@@ -171,6 +171,20 @@ def test_the_env_id_from_any_source_chooses_the_preset(tmp_path, source):
     assert cfg.env == "Pendulum-v1" and cfg.init_alpha == 1.0
 
 
+@pytest.mark.parametrize("source", ["toml", "env", "flag"])
+def test_preset_false_from_any_source_leaves_every_preset_value_at_its_default(tmp_path, source, caplog):
+    toml_path = toml(tmp_path, "preset = false\n") if source == "toml" else None
+    env = {"SACBOT_PRESET": "false"} if source == "env" else {}
+    cli = {"preset": False} if source == "flag" else {}
+    with caplog.at_level(logging.INFO, logger="sacbot"):
+        cfg = load_config(toml_path, env, cli)
+    assert cfg.env == TANK and not cfg.preset and PRESETS[TANK]
+    assert {k: getattr(cfg, k) for k in PRESETS[TANK]} == {k: getattr(Config, k) for k in PRESETS[TANK]}
+    msgs = [r.getMessage() for r in caplog.records]
+    assert f"no preset applied for {TANK} (preset = false): sacbot's defaults apply" in msgs
+    assert not any(m.startswith(f"preset for {TANK}") for m in msgs), msgs
+
+
 def test_an_unknown_env_gets_the_defaults(caplog):
     assert preset_for("Pendulum-v1") is None
     with caplog.at_level(logging.INFO, logger="sacbot"):

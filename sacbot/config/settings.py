@@ -71,6 +71,9 @@ class Config:
     env: str = _f("sacbot/TankDuel-v0", "Gymnasium env id to play (Box action space), e.g. Pendulum-v1; or "
                                         "module:EnvId (the module registers it) or module:ClassName (a "
                                         "gymnasium.Env subclass), the working directory importable.")
+    preset: bool = _f(True, "Apply the env id's preset (a few settings tuned for that env, sacbot/config/presets.py) "
+                            "under the settings you give. --no-preset: sacbot's defaults alone, as on a game with "
+                            "no preset.")
     env_kwargs: str = _f("", 'JSON object of keyword arguments for the env, e.g. '
                              '\'{"opponents": ["spinner", "walker"], "schedule": "cycle"}\'.')
     seed: int = _f(0, "Seed for the env, replay sampling, network init and action noise; at most "

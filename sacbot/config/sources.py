@@ -238,7 +238,11 @@ def load_config(toml_path: str | None = None, env: Mapping[str, str] | None = No
     if isinstance(given.get("env"), str):
         given["env"] = resolve_env_id(given["env"])
     preset = {}
-    for name, (raw, source) in _preset_layer(given.get("env", Config.env), given).items():
+    env_id = given.get("env", Config.env)
+    layer = _preset_layer(env_id, given) if given.get("preset", True) else {}
+    if not given.get("preset", True):
+        log.info("no preset applied for %s (preset = false): sacbot's defaults apply", env_id)
+    for name, (raw, source) in layer.items():
         if name not in by_name:
             raise ConfigError(f"{source}: unknown setting; known: " + ", ".join(sorted(by_name)))
         preset[name] = coerce(by_name[name], raw, source)

@@ -3,7 +3,8 @@
 
 Tasks of different reward scales, horizons and sparsity (``--tasks``), each fully observed and
 partially observed three ways (``--views``: P positions only, V velocities only, F flickering;
-``sacbot.envs.pomdp``); arms (``--arms``): sacbot with its defaults, its memoryless control, SB3
+``sacbot.envs.pomdp``); arms (``--arms``): sacbot with its defaults (``--no-preset``: no env's preset,
+the P and V Pendulums' included), its memoryless control, SB3
 SAC with its defaults (the ``bench`` extra), and the random policy as the floor.  Each run trains
 for ``--steps`` env steps and is scored by the mean return of ``--episodes`` deterministic eval
 episodes on seeds apart from training's.
@@ -206,7 +207,7 @@ def main() -> int:
     if a.steps < 1 or a.episodes < 1 or a.jobs < 1 or any(s < 0 for s in a.seeds):
         p.error("--steps, --episodes and --jobs want integers >= 1, --seeds integers >= 0")
     # What bench_learning's runs read from its own arguments.
-    a.eval_every, a.sacbot_args, a.int8_vs_fp32 = max(a.steps, 1), "", False
+    a.eval_every, a.sacbot_args, a.int8_vs_fp32 = max(a.steps, 1), "--no-preset", False
     done = done_keys(a.out)
     if not a.report_only:
         todo = [(task, view, arm, seed, a.steps) for task in a.tasks for view in a.views for seed in a.seeds
