@@ -344,7 +344,9 @@ def test_sigint_while_the_learner_is_starting_exits_130_at_once_and_leaves_nothi
         p.kill()
     err = watch.rest(5)
     assert p.returncode == 128 + signal.SIGINT, err[-3000:]
-    assert took < 2.5, f"stopping took {took:.1f} s"  # the rest of the build: 1.0 s (thread), 0.2 s (process)
+    # The build would wait 120 s; what is left once it stops is 1.0 s (thread) or 0.2 s (process) on a
+    # quiet machine, 3.0 s seen with both cores busy, so 10 s tells "at once" from "after the build".
+    assert took < 10, f"stopping took {took:.1f} s"
     assert "interrupted" in err and "Traceback" not in err, err[-3000:]
     WriterLock(str(tmp_path / "w")).acquire().close()
     assert not _zips(tmp_path / "w")  # nothing was saved

@@ -9,7 +9,8 @@ SAC with its defaults (the ``bench`` extra), and the random policy as the floor.
 for ``--steps`` env steps and is scored by the mean return of ``--episodes`` deterministic eval
 episodes on seeds apart from training's.
 
-Resumable over several sittings: every finished run is appended to ``--out`` (JSONL) as it ends,
+Resumable over several sittings: every finished run is appended to ``--out`` (JSONL; by default
+``docs/results/robust.jsonl``, the repo's record, which BENCHMARKS.md reports) as it ends,
 with the commit, the machine's processor, the date and its wall time, and a run already there (same
 task, view, arm, seed and steps) is not run again.  ``--jobs N`` runs N at once (each run uses about
 one core: lockstep pace, one torch thread).  The report reads
@@ -44,6 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 TASKS = ("Pendulum-v1", "MountainCarContinuous-v0", "LunarLanderContinuous-v3", "InvertedDoublePendulum-v5")
 VIEWS = ("full", "P", "V", "F")
 ARMS = ("sacbot", "memoryless", "sb3", "random")
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(HERE)), "docs", "results", "robust.jsonl")
 BOOTSTRAP = 2000  # resamples of the seeds for a confidence interval
 
 
@@ -200,7 +202,8 @@ def main() -> int:
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--steps", type=int, default=25_000, help="env steps per training run")
     p.add_argument("--episodes", type=int, default=10, help="eval episodes per run")
-    p.add_argument("--out", default="bench_robust.jsonl", help="results file, appended to (resumable)")
+    p.add_argument("--out", default=os.path.relpath(RESULTS), help="results file, appended to (resumable); by "
+                   "default the repo's own record of the suite, so that its runs add up over sittings")
     p.add_argument("--jobs", type=int, default=1, help="runs at once (each about one core)")
     p.add_argument("--report-only", action="store_true", help="report what --out holds; run nothing")
     a = p.parse_args()
