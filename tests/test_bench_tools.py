@@ -227,6 +227,7 @@ def test_the_robustness_suite_statistics():
                                    ("P", "sacbot", 0, -10.0), ("P", "sacbot", 1, -80.0)]]
     cell = rb.report(rows)["T P"]["sacbot"]
     assert cell["gap_closed"] == {0: 0.6, 1: 0.133} and cell["every_seed_closes_half"] is False
+    assert cell["gap_iqm"] == round((0.6 + 0.1333) / 2, 3)
     assert cell["worst"] == {"seed": 1, "return": -80.0}
 
 
