@@ -239,8 +239,10 @@ def load_config(toml_path: str | None = None, env: Mapping[str, str] | None = No
         given["env"] = resolve_env_id(given["env"])
     preset = {}
     env_id = given.get("env", Config.env)
-    layer = _preset_layer(env_id, given) if given.get("preset", True) else {}
-    if not given.get("preset", True):
+    if given.get("preset", True):
+        layer = _preset_layer(env_id, given)
+    else:
+        layer = {}
         log.info("no preset applied for %s (preset = false): sacbot's defaults apply", env_id)
     for name, (raw, source) in layer.items():
         if name not in by_name:

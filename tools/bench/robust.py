@@ -33,7 +33,7 @@ import os
 import subprocess
 import sys
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 
 import numpy as np
@@ -207,7 +207,7 @@ def main() -> int:
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--steps", type=int, default=25_000, help="env steps per training run")
     p.add_argument("--episodes", type=int, default=10, help="eval episodes per run")
-    p.add_argument("--out", default=os.path.relpath(RESULTS), help="results file, appended to (resumable); by "
+    p.add_argument("--out", default=RESULTS, help="results file, appended to (resumable); by "
                    "default the repo's own record of the suite, so that its runs add up over sittings")
     p.add_argument("--jobs", type=int, default=1, help="runs at once (each about one core)")
     p.add_argument("--report-only", action="store_true", help="report what --out holds; run nothing")
@@ -241,11 +241,8 @@ def main() -> int:
         else:
             # spawn, not fork: a worker that imports torch must not inherit a parent's threads.
             with ProcessPoolExecutor(a.jobs, mp_context=get_context("spawn")) as pool:
-                pending = {pool.submit(timed_run, a, key) for key in todo}
-                while pending:
-                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for f in finished:
-                        record(*f.result())
+                for f in as_completed([pool.submit(timed_run, a, key) for key in todo]):
+                    record(*f.result())
     rows = read_rows(a.out, a.steps)
     print(json.dumps({"bench": "robust", "steps": a.steps, "out": a.out, "runs": len(rows), "report": report(rows)}))
     return 0
