@@ -41,6 +41,9 @@ public class SacbotRobot extends AdvancedRobot {
     static final double REWARD_SCALE = 50.0;
     // The fine gun and radar angles: tanh(angle / 10 degrees).
     static final double FINE_ANGLE = Math.toRadians(10.0);
+    // The lead looks at most this many turns ahead (a bullet of power 3 crosses 1,000 pixels in 91 turns).
+    static final int MAX_LEAD_TURNS = 120;
+    static final double HALF_ROBOT = 18.0;
 
     // One connection and one set of counters for the whole battle: Robocode makes a new robot object each
     // round but keeps the class, and its statics, until the battle ends.
@@ -63,7 +66,9 @@ public class SacbotRobot extends AdvancedRobot {
     private double enemyHeading;
     private double enemyVelocity;
     private double enemyEnergy;
+    private double enemyTurnRate; // radians a turn, from the last two scans
     private long scanTime;
+    private double firePower = Rules.MAX_BULLET_POWER; // the last power asked for: it sets the lead
     private Boolean outcome;
     private boolean statsWritten;
     private boolean died;
@@ -187,8 +192,11 @@ public class SacbotRobot extends AdvancedRobot {
         setTurnGunRightRadians(clip(a[2]) * Rules.GUN_TURN_RATE_RADIANS);
         setTurnRadarRightRadians(clip(a[3]) * Rules.RADAR_TURN_RATE_RADIANS);
         double fire = clip(a[4]);
-        if (fire > 0.0 && getGunHeat() == 0.0) { // below 0: hold fire
-            setFire(Rules.MIN_BULLET_POWER + fire * (Rules.MAX_BULLET_POWER - Rules.MIN_BULLET_POWER));
+        if (fire > 0.0) { // below 0: hold fire
+            firePower = Rules.MIN_BULLET_POWER + fire * (Rules.MAX_BULLET_POWER - Rules.MIN_BULLET_POWER);
+            if (getGunHeat() == 0.0) {
+                setFire(firePower);
+            }
         }
     }
 
@@ -224,12 +232,15 @@ public class SacbotRobot extends AdvancedRobot {
             o[16] = enemyVelocity / Rules.MAX_VELOCITY;
             o[17] = enemyEnergy / 50.0 - 1;
             o[18] = Math.min(getTime() - scanTime, 100) / 50.0 - 1;
-            o[19] = Utils.normalRelativeAngle(toEnemy - getGunHeadingRadians()) / Math.PI;
+            // The gun's angle is to where the enemy will be when a bullet gets there, not to where it was seen:
+            // a moving robot is hit only with a lead. For a robot that stands still the two are the same.
+            double toAim = aimBearing(x, y, w, h);
+            o[19] = Utils.normalRelativeAngle(toAim - getGunHeadingRadians()) / Math.PI;
             o[20] = Utils.normalRelativeAngle(toEnemy - getRadarHeadingRadians()) / Math.PI;
             o[21] = 1;
             // The angles again, fine near zero: a shot hits within a few degrees, which is 0.01-0.03 on the
             // scale of o[19] and a quarter or more on this one.
-            o[22] = Math.tanh(Utils.normalRelativeAngle(toEnemy - getGunHeadingRadians()) / FINE_ANGLE);
+            o[22] = Math.tanh(Utils.normalRelativeAngle(toAim - getGunHeadingRadians()) / FINE_ANGLE);
             o[23] = Math.tanh(Utils.normalRelativeAngle(toEnemy - getRadarHeadingRadians()) / FINE_ANGLE);
         } else {
             o[13] = 1;
@@ -242,6 +253,28 @@ public class SacbotRobot extends AdvancedRobot {
         return o;
     }
 
+    /**
+     * The absolute bearing from (x, y) to where a bullet of the last power asked for meets the enemy, if the enemy
+     * keeps the speed and turn rate of its last scans (circular targeting; straight-line when it does not turn,
+     * head-on when it stands still), held inside the battlefield.
+     */
+    double aimBearing(double x, double y, double w, double h) {
+        double bulletSpeed = Rules.getBulletSpeed(firePower);
+        double px = enemyX;
+        double py = enemyY;
+        double ph = enemyHeading;
+        long age = Math.max(0, getTime() - scanTime); // turns the enemy has moved since its scan
+        for (int t = 0; t < age + MAX_LEAD_TURNS; t++) {
+            if (t >= age && (t - age) * bulletSpeed >= Math.hypot(px - x, py - y)) {
+                break;
+            }
+            px = Math.max(HALF_ROBOT, Math.min(w - HALF_ROBOT, px + enemyVelocity * Math.sin(ph)));
+            py = Math.max(HALF_ROBOT, Math.min(h - HALF_ROBOT, py + enemyVelocity * Math.cos(ph)));
+            ph += enemyTurnRate;
+        }
+        return Math.atan2(px - x, py - y);
+    }
+
     private static double clip(double v) {
         return Double.isNaN(v) ? 0.0 : Math.max(-1.0, Math.min(1.0, v));
     }
@@ -249,9 +282,15 @@ public class SacbotRobot extends AdvancedRobot {
     @Override
     public void onScannedRobot(ScannedRobotEvent e) {
         double abs = getHeadingRadians() + e.getBearingRadians();
-        seen = true;
         enemyX = getX() + e.getDistance() * Math.sin(abs);
         enemyY = getY() + e.getDistance() * Math.cos(abs);
+        long since = e.getTime() - scanTime;
+        // The turn rate needs two scans close together; a robot turns at most 10 degrees a turn.
+        enemyTurnRate = seen && since > 0 && since <= 5
+                ? Math.max(-Rules.MAX_TURN_RATE_RADIANS, Math.min(Rules.MAX_TURN_RATE_RADIANS,
+                        Utils.normalRelativeAngle(e.getHeadingRadians() - enemyHeading) / since))
+                : 0.0;
+        seen = true;
         enemyHeading = e.getHeadingRadians();
         enemyVelocity = e.getVelocity();
         enemyEnergy = e.getEnergy();
