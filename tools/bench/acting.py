@@ -14,13 +14,12 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 
 import gymnasium as gym
 import numpy as np
 import torch
-from benchlib import cpu_load
+from benchlib import cpu_load, scratch_dir
 
 
 def pct(xs_ns) -> dict:
@@ -48,7 +47,7 @@ def bench(a: argparse.Namespace) -> None:
     from sacbot import Agent
     from sacbot.config import Config
 
-    tmp = tempfile.mkdtemp(prefix="sacbot-bench-")
+    tmp = scratch_dir("sacbot-bench-")
     cfg = Config(hidden=a.hidden, learning_starts=64, utd_ratio=8.0, calib_updates=10, quiet=True,
                  run_dir=os.path.join(tmp, "run"), weights_path=os.path.join(tmp, "w"), save_interval=10**9,
                  **({} if a.learner_nice is None else {"learner_nice": a.learner_nice}))

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
+
+
+def scratch_dir(prefix: str) -> str:
+    """A temporary folder removed when the benchmark exits: its runs write checkpoints (hundreds of MB
+    for some), and a benchmark run again and again must not fill the disk."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def _spin(parent: int, nice: int) -> None:

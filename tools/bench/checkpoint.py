@@ -17,11 +17,11 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 import time
 
 import numpy as np
 import torch
+from benchlib import scratch_dir
 
 
 def make_state(hidden: int, replay_n: int, obs_dim: int = 35, act_dim: int = 4):
@@ -43,7 +43,7 @@ def make_state(hidden: int, replay_n: int, obs_dim: int = 35, act_dim: int = 4):
 def save_costs(hidden: int, replay: bool, repeats: int) -> dict:
     from sacbot.store import checkpoint as ck
     st = make_state(hidden, 100_000 if replay else 0)
-    d = tempfile.mkdtemp(prefix="sacbot-ckbench-")
+    d = scratch_dir("sacbot-ckbench-")
     out: dict = {"hidden": hidden, "replay": replay}
     # "full": a writer holding nothing (the first save of a run); "incremental": a writer that
     # holds the replay chunks of its previous save, 20 new transitions later (periodic saves).
@@ -74,7 +74,7 @@ def step_times(hidden: int, every: int, blocks: int, block_steps: int, replay: b
     from sacbot.wire.channels import SaveSlot
 
     st = make_state(hidden, 100_000)
-    d = tempfile.mkdtemp(prefix="sacbot-ckbench-")
+    d = scratch_dir("sacbot-ckbench-")
     slot = SaveSlot()
     io = IOThread(slot, d, 1, {}, {})
     io.start()

@@ -23,12 +23,11 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 
 import gymnasium as gym
 import numpy as np
-from benchlib import cpu_load
+from benchlib import cpu_load, scratch_dir
 
 
 def _run_delay_ns(fd: int) -> int:
@@ -40,7 +39,7 @@ def probe(nice: int, seconds: float, hidden: int) -> dict:
     from sacbot import Agent
     from sacbot.config import Config
 
-    tmp = tempfile.mkdtemp(prefix="sacbot-gil-")
+    tmp = scratch_dir("sacbot-gil-")
     cfg = Config(hidden=hidden, learning_starts=64, utd_ratio=8.0, calib_updates=10, quiet=True,
                  learner="thread", learner_nice=nice, save_interval=10**9,
                  run_dir=os.path.join(tmp, "run"), weights_path=os.path.join(tmp, "w"))

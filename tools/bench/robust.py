@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -140,9 +141,12 @@ def run_one(a, task: str, view: str, arm: str, seed: int) -> float | None:
     wdir = bl.sacbot_run(a, eid, seed, memoryless=arm == "memoryless")
     from sacbot.store import checkpoint as ck
 
-    path = os.path.join(wdir, ck.LATEST)
-    rin = bool(bl.checkpoint_config(path).get("reward_input"))
-    return bl.evaluate_actor(bl.int8_actor(path), eid, a.episodes, seed, arm == "memoryless", rin)
+    try:
+        path = os.path.join(wdir, ck.LATEST)
+        rin = bool(bl.checkpoint_config(path).get("reward_input"))
+        return bl.evaluate_actor(bl.int8_actor(path), eid, a.episodes, seed, arm == "memoryless", rin)
+    finally:
+        shutil.rmtree(wdir, ignore_errors=True)  # the row is the record; a suite of ~200 runs would keep GBs
 
 
 def timed_run(a, key: tuple) -> tuple[tuple, float | None, float]:
