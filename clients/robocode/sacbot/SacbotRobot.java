@@ -253,24 +253,30 @@ public class SacbotRobot extends AdvancedRobot {
         return o;
     }
 
-    /**
-     * The absolute bearing from (x, y) to where a bullet of the last power asked for meets the enemy, if the enemy
-     * keeps the speed and turn rate of its last scans (circular targeting; straight-line when it does not turn,
-     * head-on when it stands still), held inside the battlefield.
-     */
+    /** The bearing from (x, y) to where a bullet of the last power asked for meets the enemy ({@link #leadBearing}). */
     double aimBearing(double x, double y, double w, double h) {
-        double bulletSpeed = Rules.getBulletSpeed(firePower);
-        double px = enemyX;
-        double py = enemyY;
-        double ph = enemyHeading;
-        long age = Math.max(0, getTime() - scanTime); // turns the enemy has moved since its scan
-        for (int t = 0; t < age + MAX_LEAD_TURNS; t++) {
+        return leadBearing(x, y, enemyX, enemyY, enemyHeading, enemyVelocity, enemyTurnRate,
+                Math.max(0, getTime() - scanTime), Rules.getBulletSpeed(firePower), w, h);
+    }
+
+    /**
+     * The absolute bearing (0 north, clockwise) from (x, y) to where a bullet fired now at {@code bulletSpeed} meets an
+     * enemy seen {@code age} turns ago at (ex, ey), if it keeps its heading's turn rate and its speed: circular
+     * targeting, a straight line when it does not turn, the scan itself when it stands still. The enemy is moved a
+     * turn at a time, as Robocode moves it, and held inside the w x h battlefield. A pure function of its arguments.
+     */
+    static double leadBearing(double x, double y, double ex, double ey, double heading, double velocity,
+            double turnRate, long age, double bulletSpeed, double w, double h) {
+        double px = ex;
+        double py = ey;
+        double ph = heading;
+        for (long t = 0; t < age + MAX_LEAD_TURNS; t++) {
             if (t >= age && (t - age) * bulletSpeed >= Math.hypot(px - x, py - y)) {
                 break;
             }
-            px = Math.max(HALF_ROBOT, Math.min(w - HALF_ROBOT, px + enemyVelocity * Math.sin(ph)));
-            py = Math.max(HALF_ROBOT, Math.min(h - HALF_ROBOT, py + enemyVelocity * Math.cos(ph)));
-            ph += enemyTurnRate;
+            px = Math.max(HALF_ROBOT, Math.min(w - HALF_ROBOT, px + velocity * Math.sin(ph)));
+            py = Math.max(HALF_ROBOT, Math.min(h - HALF_ROBOT, py + velocity * Math.cos(ph)));
+            ph += turnRate;
         }
         return Math.atan2(px - x, py - y);
     }
