@@ -3,6 +3,7 @@
     setup_logging()                    # "sacbot: message" on stderr; once per process
     log = logging.getLogger("sacbot")  # every module logs here (or to an adapter of it)
     signals = Signals(stop); signals.install()   # 1st SIGINT/SIGTERM: graceful close; 2nd: exit now
+    subprocess.Popen(cmd, preexec_fn=die_with_parent(os.getpid()))   # a child that ends with its parent
 """
 
 from __future__ import annotations
@@ -34,6 +35,26 @@ class Signals:
     def install(self):
         for s in (signal.SIGINT, signal.SIGTERM):
             signal.signal(s, self)
+
+
+def die_with_parent(parent_pid: int):
+    """A ``preexec_fn`` that has Linux send the child SIGTERM when its parent dies, even by
+    ``kill -9``: an orphaned bot would go on writing its weights directory beside the bot a
+    restarted parent launches there.  SIGTERM, not SIGKILL, so the orphan still makes its
+    final save.  Elsewhere it does nothing (the bots' writer lock still refuses a second
+    writer)."""
+    def preexec() -> None:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            PR_SET_PDEATHSIG = 1
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+    return preexec if sys.platform.startswith("linux") else None
 
 
 class _StderrHandler(logging.StreamHandler):

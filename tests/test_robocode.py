@@ -187,6 +187,51 @@ def test_the_server_killed_mid_battle_leaves_robocode_standing_and_the_next_batt
     assert m and m.group(1) == newest and int(m.group(2)) >= saved_episodes, done.stdout
 
 
+def processes_under(root) -> list[str]:
+    """The command lines of the processes that name ``root`` (the server's --root, Robocode's working directory)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # ended while we looked
+        if str(root) in cmd and int(pid) != os.getpid():
+            found.append(cmd)
+    return found
+
+
+@needs_robocode
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the processes left through /proc")
+def test_sigterm_mid_battle_ends_robocode_and_the_server_with_its_final_save(tmp_path):
+    root = tmp_path / "root"
+    proc = subprocess.Popen([sys.executable, "-m", "sacbot", "robocode", "--root", str(root), "--rounds", "50",
+                             "--battle-timeout", "200", "--", *SMALL],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def a_round_played():
+        assert proc.poll() is None, "the battle ended before a round was played"
+        return any(read_stats(p) for p in glob.glob(str(root / "_robocode" / "battles" / "*.rounds.jsonl")))
+
+    try:
+        wait_until(a_round_played, 150, "the battle's first round")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out + err
+    assert "SIGTERM" in err and "the battle against sample.SittingDuck was stopped" in err, err
+    assert processes_under(root) == []  # neither Robocode's JVM nor the server outlives the command
+    # The server made the bot's final save on its way out, of what it played, and the file verifies.
+    serve_log = (root / "_robocode" / "battles" / "serve.log").read_text()
+    m = re.search(r"bot robocode: (\d+) ticks, .* final checkpoint: (\S+)", serve_log)
+    assert m and int(m.group(1)) > 0, serve_log[-2000:]
+    # it verifies (read_checkpoint checks the digests) and holds what the learner took (free pace: not every tick)
+    assert 0 < ck.read_checkpoint(m.group(2))["meta"]["env_steps"] <= int(m.group(1))
+
+
 @pytest.mark.timeout(120)
 def test_bad_input_exits_2_naming_it_and_starts_nothing(tmp_path):
     def bad(*args):

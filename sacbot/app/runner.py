@@ -43,6 +43,7 @@ import sys
 import time
 import traceback
 
+from sacbot.console import die_with_parent
 from sacbot.store.atomic import atomic_write_bytes
 from sacbot.store.files import append_jsonl, error_kind
 from sacbot.store.format import LATEST
@@ -55,26 +56,6 @@ log = logging.getLogger("sacbot")
 
 def _err(e: BaseException) -> str:
     return f"{error_kind(e)}: {e}"
-
-
-def die_with_parent(parent_pid: int):
-    """A ``preexec_fn`` that has Linux send the child SIGTERM when the runner dies, even by
-    ``kill -9``: an orphaned bot would go on writing its weights directory beside the bot a
-    restarted runner launches there.  SIGTERM, not SIGKILL, so the orphan still makes its
-    final save.  Elsewhere it does nothing (the bots' writer lock still refuses a second
-    writer)."""
-    def preexec() -> None:
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            PR_SET_PDEATHSIG = 1
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        except (OSError, AttributeError):
-            return
-        if os.getppid() != parent_pid:  # the runner died before prctl took effect
-            os.kill(os.getpid(), signal.SIGTERM)
-    return preexec if sys.platform.startswith("linux") else None
 
 
 class Bot:

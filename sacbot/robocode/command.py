@@ -19,9 +19,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from importlib import resources
 
+from sacbot.console import Signals, die_with_parent
 from sacbot.robocode import ACT_SIZE, OBS_SIZE, OPPONENTS, ROBOT, ROBOT_ENTRY
 from sacbot.robocode.install import (
     RobocodeMissing,
@@ -52,6 +54,10 @@ ACT_SPACE = {"shape": [ACT_SIZE], "low": -1.0, "high": 1.0}
 
 class UsageError(Exception):
     pass
+
+
+class Stopped(Exception):
+    """A SIGINT or SIGTERM came: the battle in play was ended, and the server makes the bot's final save."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -168,7 +174,10 @@ class Serve:
         cmd = [sys.executable, "-m", "sacbot", "serve", "--root", root, "--port", str(port), "--env", "robocode",
                "--quiet", *SERVE_DEFAULTS, *(["--eval"] if eval_mode else ["--hold-ms", f"{hold_ms:g}"]), *extra]
         self.log = open(log_path, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        # Its own session (a Ctrl-C reaches this command alone, which stops the server in order), and
+        # SIGTERM at this command's death, even by kill -9: an orphaned server would hold the bot.
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=die_with_parent(os.getpid()))
 
     def warm(self, bot: str) -> dict:
         from sacbot.serve.client import SacbotClient, ServerError
@@ -211,9 +220,9 @@ def _bot_status(sroot: str, bot: str) -> dict:
             if k in st}
 
 
-def _watch(proc: subprocess.Popen, a, opponent: str, stats: str, t0: float) -> int:
+def _watch(proc: subprocess.Popen, a, opponent: str, stats: str, t0: float, stop: threading.Event) -> int:
     """Robocode's exit code; a progress line every PROGRESS_S while the battle is played (rounds so far,
-    from the robot's own lines); Robocode killed past --battle-timeout."""
+    from the robot's own lines); Robocode killed past --battle-timeout, or when ``stop`` is set."""
     shown = t0
     while True:
         try:
@@ -221,6 +230,11 @@ def _watch(proc: subprocess.Popen, a, opponent: str, stats: str, t0: float) -> i
         except subprocess.TimeoutExpired:
             pass
         now = time.monotonic()
+        if stop.is_set():
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise Stopped(f"the battle against {opponent} was stopped after {now - t0:.0f} s; its rounds are not "
+                          "counted")
         if now - t0 > a.battle_timeout:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -234,7 +248,7 @@ def _watch(proc: subprocess.Popen, a, opponent: str, stats: str, t0: float) -> i
                      now - t0)
 
 
-def run_battle(a, inst, workdir: str, out_dir: str, opponent: str, port: int) -> dict:
+def run_battle(a, inst, workdir: str, out_dir: str, opponent: str, port: int, stop: threading.Event) -> dict:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = os.path.join(out_dir, f"{stamp}-{opponent}")
     battle, results, stats, log_path = base + ".battle", base + ".results.txt", base + ".rounds.jsonl", base + ".log"
@@ -247,8 +261,9 @@ def run_battle(a, inst, workdir: str, out_dir: str, opponent: str, port: int) ->
     cmd = java_command(inst, os.path.abspath(workdir), battle, results, 10000, props)
     t0 = time.monotonic()
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        code = _watch(proc, a, opponent, stats, t0)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=die_with_parent(os.getpid()))
+        code = _watch(proc, a, opponent, stats, t0, stop)
     seconds = time.monotonic() - t0
     if code != 0 or not os.path.isfile(results):
         raise RuntimeError(f"Robocode exited {code} against {opponent} without a results file; its output is in "
@@ -303,6 +318,10 @@ def main(argv: list[str]) -> int:
         log.error("robocode: %s", e)
         return 1
     port = a.port or _free_port()
+    # The first SIGINT/SIGTERM ends the battle in play and stops the server (every bot's final save); a
+    # second exits at once, and the children get SIGTERM from the kernel (die_with_parent).
+    stop = threading.Event()
+    Signals(stop, "stopping the battle; the server makes the bot's final save").install()
     serve = Serve(sroot, port, a.eval, a.hold_ms, a.serve_args, os.path.join(out_dir, "serve.log"))
     code, summaries = 0, []
     try:
@@ -315,7 +334,9 @@ def main(argv: list[str]) -> int:
               f"{'resumed from ' + welcome['resumed_from'] if welcome.get('resumed_from') else 'started fresh'}, "
               f"{welcome['episodes']} episodes so far; server on port {port}", flush=True)
         for opponent in opponents:
-            s = run_battle(a, inst, workdir, out_dir, opponent, port)
+            if stop.is_set():
+                raise Stopped(f"stopped before the battle against {opponent}")
+            s = run_battle(a, inst, workdir, out_dir, opponent, port, stop)
             summaries.append(s)
             print(f"sacbot robocode: vs {opponent}: won {s['wins']}/{s['rounds']} ({s['win_rate']:.0%}), score share "
                   f"{s['score_share']:.0%}, {s['turns']} turns in {s['battle_s']:.1f} s, skipped turns "
@@ -330,6 +351,8 @@ def main(argv: list[str]) -> int:
                 raise RuntimeError(f"sacbot serve exited ({serve.proc.returncode}) during the battle against "
                                    f"{opponent}; the robot stood still once it lost the server, and the next run "
                                    f"resumes from the newest checkpoint")
+    except Stopped as e:
+        log.info("robocode: %s", e)  # a stop asked for: exit 0 once the server's final save is made, as sacbot run
     except (RuntimeError, ResultsError, OSError, ConnectionError) as e:
         log.error("robocode: %s", e)
         code = 1
