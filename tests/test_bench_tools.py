@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -200,17 +201,17 @@ def test_bench_tankduel_refuses_runs_it_cannot_evaluate(pendulum_w, radar_w, tmp
      and r["round_trip_ms_p50_p99_p999_max"][0] > 0 and r["server_rss_mb_first_minute"] > 0
      and r["floor"]["steps_answered"] == r["floor"]["steps_sent"] == r["steps_sent"]),
 ])
-def test_each_benchmark_runs_at_smoke_size_and_prints_its_json_line(tool, args, check, tmp_path):
+def test_each_benchmark_runs_at_smoke_size_and_prints_its_json_line(tool, args, check):
     # Its own temporary folder, which must be left empty: a benchmark run again and again must not fill the disk.
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    p = subprocess.run([sys.executable, str(TOOLS / f"{tool}.py"), *args], capture_output=True, text=True, timeout=170,
-                       env={**os.environ, "TMPDIR": str(tmp)})
-    assert p.returncode == 0, p.stderr[-2000:]
-    result = json.loads(p.stdout.strip().splitlines()[-1])
-    assert check(result), result
-    # torch keeps its compiler cache there (one folder, reused): not the benchmark's to remove
-    assert [n for n in os.listdir(tmp) if not n.startswith("torchinductor_")] == []
+    # Short (in the system's temp folder, not pytest's deep one): the serve benches put Unix sockets there.
+    with tempfile.TemporaryDirectory(prefix="sacbot-t-") as tmp:
+        p = subprocess.run([sys.executable, str(TOOLS / f"{tool}.py"), *args], capture_output=True, text=True,
+                           timeout=170, env={**os.environ, "TMPDIR": tmp})
+        assert p.returncode == 0, p.stderr[-2000:]
+        result = json.loads(p.stdout.strip().splitlines()[-1])
+        assert check(result), result
+        # torch keeps its compiler cache there (one folder, reused): not the benchmark's to remove
+        assert [n for n in os.listdir(tmp) if not n.startswith("torchinductor_")] == []
 
 
 @pytest.mark.timeout(60)
