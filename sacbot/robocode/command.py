@@ -230,16 +230,17 @@ def _watch(proc: subprocess.Popen, a, opponent: str, stats: str, t0: float, stop
         except subprocess.TimeoutExpired:
             pass
         now = time.monotonic()
+        end: Exception | None = None
         if stop.is_set():
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise Stopped(f"the battle against {opponent} was stopped after {now - t0:.0f} s; its rounds are not "
+            end = Stopped(f"the battle against {opponent} was stopped after {now - t0:.0f} s; its rounds are not "
                           "counted")
-        if now - t0 > a.battle_timeout:
+        elif now - t0 > a.battle_timeout:
+            end = RuntimeError(f"the battle against {opponent} took more than --battle-timeout "
+                               f"{a.battle_timeout:g} s; Robocode was killed")
+        if end is not None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            raise RuntimeError(f"the battle against {opponent} took more than --battle-timeout "
-                               f"{a.battle_timeout:g} s; Robocode was killed")
+            raise end
         if now - shown >= PROGRESS_S:
             shown = now
             played = read_stats(stats)

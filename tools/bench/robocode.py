@@ -69,7 +69,7 @@ def main() -> None:
         print(f"[{(time.monotonic() - t0) / 60:.1f} min] {battles} battles", file=sys.stderr, flush=True)
     train_s = time.monotonic() - t0
     lines = [json.loads(x) for x in open(os.path.join(a.root, "robocode", "run", "robocode.jsonl"))]
-    lines = [x for x in lines if x.get("mode", "train") == "train" and x.get("opponent") in opponents]
+    lines = [x for x in lines if x.get("opponent") in opponents]  # eval battles write no line there
     ev = battle(["--root", a.root, "--opponents", ",".join(opponents), "--rounds", str(a.eval_rounds), "--eval"]
                 + extra, timeout=3 * 3600)
     last = lines[-1].get("server", {})
