@@ -63,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:
         out = {"sacbot": mine, "stand_in": theirs, "ratio": round(mine["turns_per_s"] / theirs["turns_per_s"], 4),
                "in_round_ratio": round(mine["in_round_turns_per_s"] / theirs["in_round_turns_per_s"], 4),
                "skipped_turns": sum(r["skipped"] for r in played), "reply_timeouts": sum(r["timeouts"] for r in played),
+               # Robocode's own words from the robot's console (PaceProbe): turns skipped while alive, rounds
+               # stopped for skipping turns while alive and after its death (then nothing was lost but the wait).
+               "skipped_alive": mine["skipped_alive"], "stopped_alive": mine["stopped_alive"],
+               "stopped_after_death": mine["stopped_dead"], "rounds_finished_late": sum(1 for r in played
+                                                                                       if r.get("stopped")),
                "max_reply_ms": max((r["max_reply_ms"] for r in played), default=None),
                "turn_budget_ms": a.turn_budget_ms, "reply_ms": a.reply_ms, "hold_ms": a.hold_ms}
     print(json.dumps(out))

@@ -129,6 +129,10 @@ public final class SacbotClient implements AutoCloseable {
     private OutputStream out;
     private Map<String, Value> welcome;
     private Map<String, Value> last;
+    // A request is written and its reply not yet read whole. Still set at the next call means that call was
+    // cut off by something other than an IOException (an Error thrown into its thread: Robocode stops a
+    // robot's thread that way), and the stream may hold half a reply: the connection cannot be trusted.
+    private boolean midCall;
     private final MessageBufferPacker packer = MessagePack.newDefaultBufferPacker();
     private byte[] inbuf = new byte[4096]; // a reply's bytes, kept between calls, as the packer is
 
@@ -299,6 +303,7 @@ public final class SacbotClient implements AutoCloseable {
         unixChannel = null;
         in = null;
         out = null;
+        midCall = false;
     }
 
     private String where() {
@@ -428,8 +433,14 @@ public final class SacbotClient implements AutoCloseable {
         if (socket == null && unixChannel == null) {
             throw new IOException("not connected: call connect() first");
         }
+        if (midCall) {
+            disconnect();
+            throw new IOException("the last call to " + where() + " was cut off before its reply was read; the "
+                    + "connection is dropped: connect again");
+        }
         byte[] body = pk.toByteArray();
         Map<String, Value> reply;
+        midCall = true;
         try {
             out.write(body.length >>> 24);
             out.write(body.length >>> 16);
@@ -450,6 +461,7 @@ public final class SacbotClient implements AutoCloseable {
                 inbuf = new byte[Math.max(n, 2 * inbuf.length)];
             }
             in.readFully(inbuf, 0, n);
+            midCall = false;
             reply = decode(inbuf, n);
         } catch (SocketTimeoutException | EOFException e) {
             disconnect();

@@ -50,6 +50,10 @@ public class SacbotRobot extends AdvancedRobot {
     private static SacbotClient client;
     private static boolean gaveUp; // a refusal that another hello cannot mend (wrong spaces or settings)
     private static String lastError = "";
+    // The last round's robot. Robocode may stop a robot's thread before its round's end reaches it: a dead
+    // robot is no longer waited for, and when its thread wakes more than 30 turns late (a few milliseconds on
+    // a busy machine) Robocode stops it for skipping turns. The next round's robot then ends that episode.
+    private static SacbotRobot previous;
 
     // This round's state.
     private boolean episodeOpen;
@@ -72,16 +76,29 @@ public class SacbotRobot extends AdvancedRobot {
     private Boolean outcome;
     private boolean statsWritten;
     private boolean died;
+    private boolean stopped; // Robocode stopped this robot's thread before the round's end reached it
+    private int round;
+    private long lastTurn;
+    private double[] lastObs; // the last observation sent
 
     @Override
     public void run() {
         setAdjustGunForRobotTurn(true);
         setAdjustRadarForGunTurn(true);
+        round = getRoundNum();
+        SacbotRobot last = previous;
+        previous = this;
+        if (last != null) {
+            last.finishStopped();
+        }
         startEpisode();
         double[] action = new double[ACT];
         while (true) {
+            lastTurn = getTime();
             if (episodeOpen) {
-                double[] a = step(observe(), firstStep ? null : takeReward(), false, null);
+                double[] o = observe();
+                double[] a = step(o, firstStep ? null : takeReward(), false, null);
+                lastObs = o;
                 firstStep = false;
                 action = a == null ? new double[ACT] : a; // lost the server: stand still
             }
@@ -123,6 +140,28 @@ public class SacbotRobot extends AdvancedRobot {
             } catch (IOException | RuntimeException e) {
                 lost(e);
             }
+        }
+    }
+
+    /**
+     * Ends the episode of a round whose thread Robocode stopped before the round's end reached it (called at the
+     * next round's start; a stop in a battle's last round leaves the episode to the server, which ends it as
+     * truncated when the connection closes). Robocode counts a stopped robot's round lost; the episode ends as
+     * lost, on the last observation sent.
+     */
+    private void finishStopped() {
+        if (statsWritten) {
+            return; // the round's end reached this robot
+        }
+        stopped = true;
+        outcome = false;
+        boolean send = episodeOpen && !firstStep && client != null && lastObs != null;
+        episodeOpen = false;
+        writeStats(round, (int) lastTurn, send);
+        if (send) {
+            pendingReward -= 1.0;
+            timeouts(client, Integer.getInteger("sacbot.endMs", 1000));
+            step(lastObs, takeReward(), true, false);
         }
     }
 
@@ -354,8 +393,9 @@ public class SacbotRobot extends AdvancedRobot {
         try (Writer w = new FileWriter(file, true)) {
             w.write(String.format(Locale.ROOT,
                     "{\"round\": %d, \"turns\": %d, \"steps\": %d, \"skipped\": %d, \"timeouts\": %d, "
-                            + "\"max_reply_ms\": %.3f, \"connected\": %b, \"won\": %b, \"sends_end\": %b, \"error\": \"%s\"}%n",
-                    round, turns, steps, skipped, timeouts, maxReplyMs, client != null, outcome, sendsEnd,
+                            + "\"max_reply_ms\": %.3f, \"connected\": %b, \"won\": %b, \"sends_end\": %b, "
+                            + "\"stopped\": %b, \"error\": \"%s\"}%n",
+                    round, turns, steps, skipped, timeouts, maxReplyMs, client != null, outcome, sendsEnd, stopped,
                     lastError.replace("\\", "\\\\").replace("\"", "'")));
         } catch (IOException ignored) {
             // the stats are a measurement aid: a robot that cannot write them plays on
