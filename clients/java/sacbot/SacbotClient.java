@@ -53,7 +53,9 @@ import org.msgpack.value.Value;
  * <p>{@link #step} sends what followed the last action and returns the next one, or null when that step
  * ended the episode. A refusal arrives as {@link ServerError} (the server's code and message) and the
  * connection is closed; a lost server as another {@link IOException}: call {@link #connect()} again and
- * start a new episode. One instance serves one game loop (it is not thread-safe).
+ * start a new episode. A call cut off before its reply was read (an Error thrown into the calling thread)
+ * makes the next call drop the connection with an {@link IOException} too, so no late reply is taken for
+ * another call's. One instance serves one game loop (it is not thread-safe).
  */
 public final class SacbotClient implements AutoCloseable {
     public static final int PROTOCOL_VERSION = 1;
