@@ -104,6 +104,7 @@ def test_a_learning_battle_checkpoints_and_its_wins_match_the_bots_episodes(trai
     # (lost, as Robocode counts it) and writes its line; a stop in the last round leaves no line.
     assert summary["rounds_disabled"] < 3
     assert_a_line_a_round(stats, 3, summary["rounds_disabled"])
+    assert summary["rounds_finished_late"] == sum(s["stopped"] for s in stats)
     # Robocode's count of rounds won is the robot's, and the bot's episodes.jsonl: every episode whose
     # end the robot sent is there with its outcome (a round cut by a slow reply is not, by the protocol).
     assert summary["wins"] == sum(1 for s in stats if s["won"])

@@ -286,6 +286,8 @@ def run_battle(a, inst, workdir: str, out_dir: str, opponent: str, port: int, st
             "reply_timeouts": sum(int(r.get("timeouts", 0)) for r in played),
             "rounds_unconnected": sum(1 for r in played if int(r.get("steps", 0)) == 0),
             "rounds_disabled": disabled,
+            # Robocode stopped the robot's thread before the round's end reached it (docs/robocode.md).
+            "rounds_finished_late": sum(1 for r in played if r.get("stopped")),
             "results_file": results, "rounds_file": stats}
 
 
@@ -343,7 +345,9 @@ def main(argv: list[str]) -> int:
                   f"{s['score_share']:.0%}, {s['turns']} turns in {s['battle_s']:.1f} s, skipped turns "
                   f"{s['skipped_turns']}, reply timeouts {s['reply_timeouts']}"
                   + (f", rounds the robot was stopped for skipping turns {s['rounds_disabled']}"
-                     if s["rounds_disabled"] else ""), flush=True)
+                     if s["rounds_disabled"] else "")
+                  + (f", rounds whose end the robot did not see (ended as lost at the next round's start) "
+                     f"{s['rounds_finished_late']}" if s["rounds_finished_late"] else ""), flush=True)
             s["server"] = _bot_status(sroot, a.bot)
             if not a.eval:
                 with open(os.path.join(a.root, a.bot, "run", "robocode.jsonl"), "a", encoding="utf-8") as f:
