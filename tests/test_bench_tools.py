@@ -243,8 +243,11 @@ def test_the_robustness_suite_appends_each_run_and_resumes_where_it_stopped(tmp_
     out = tmp_path / "suite.jsonl"
     args = ("--tasks", "Pendulum-v1", "--views", "full", "F", "--arms", "sacbot", "random", "--steps", "200",
             "--seeds", "0", "--episodes", "1", "--out", out)
-    p = run_tool("bench/robust", *args, "--jobs", "2")  # two worker processes, the parent writes the rows
-    assert p.returncode == 0, p.stderr
+    with tempfile.TemporaryDirectory(prefix="sacbot-t-") as tmp:  # each run's folder is removed after it
+        # two worker processes, the parent writes the rows
+        p = run_tool("bench/robust", *args, "--jobs", "2", env={**os.environ, "TMPDIR": tmp})
+        assert p.returncode == 0, p.stderr
+        assert [n for n in os.listdir(tmp) if not n.startswith("torchinductor_")] == []
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert sorted((r["view"], r["arm"]) for r in rows) == [("F", "random"), ("F", "sacbot"), ("full", "random"),
                                                           ("full", "sacbot")]

@@ -172,6 +172,7 @@ def sb3_curve(a, env_id: str, seed: int, marks: list[int]) -> dict | None:
         import gymnasium as gym
         from stable_baselines3 import SAC
         from stable_baselines3.common.callbacks import BaseCallback
+        from stable_baselines3.common.logger import Logger
     except ImportError:
         return None
     import torch
@@ -183,6 +184,8 @@ def sb3_curve(a, env_id: str, seed: int, marks: list[int]) -> dict | None:
         raise SystemExit(f"bench_learning: {env_id} ends its observation in values for sacbot's critic alone; "
                          "the SB3 baseline cannot keep them from its actor")
     model = SAC("MlpPolicy", gym.make(env_id), seed=seed, verbose=0, learning_starts=1000, device="cpu")
+    # A logger with no outputs: SB3's default makes an empty SB3-<time> folder in the temp folder every run.
+    model.set_logger(Logger(folder=None, output_formats=[]))
     curve: list[tuple[int, float]] = []
 
     class Marks(BaseCallback):

@@ -146,7 +146,8 @@ def run_one(a, task: str, view: str, arm: str, seed: int) -> float | None:
         rin = bool(bl.checkpoint_config(path).get("reward_input"))
         return bl.evaluate_actor(bl.int8_actor(path), eid, a.episodes, seed, arm == "memoryless", rin)
     finally:
-        shutil.rmtree(wdir, ignore_errors=True)  # the row is the record; a suite of ~200 runs would keep GBs
+        # the run's folder, weights and run files: the row is the record; a suite of ~200 runs would keep GBs
+        shutil.rmtree(os.path.dirname(wdir), ignore_errors=True)
 
 
 def timed_run(a, key: tuple) -> tuple[tuple, float | None, float]:
