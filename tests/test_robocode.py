@@ -73,8 +73,6 @@ def trained(tmp_path_factory):
     return root, done
 
 
-@needs_robocode
-@pytest.mark.timeout(200)
 def assert_a_line_a_round(stats: list[dict], rounds: int, stopped: int) -> None:
     """The robot's lines: one a round, in order, the rounds Robocode stopped it in (its log's count) marked, but
     a stop in the last round, whose line no later round writes."""
@@ -82,6 +80,8 @@ def assert_a_line_a_round(stats: list[dict], rounds: int, stopped: int) -> None:
     assert sum(s["stopped"] for s in stats) + rounds - len(stats) == stopped, stats
 
 
+@needs_robocode
+@pytest.mark.timeout(200)
 def test_a_learning_battle_checkpoints_and_its_wins_match_the_bots_episodes(trained):
     root, done = trained
     assert done.returncode == 0, done.stdout + done.stderr

@@ -370,5 +370,7 @@ def main(argv: list[str]) -> int:
         code = 1
     if summaries:
         print(json.dumps({"bot": a.bot, "mode": "eval" if a.eval else "train",
-                          "win_rates": {s["opponent"]: s["win_rate"] for s in summaries}}))
+                          "win_rates": {s["opponent"]: s["win_rate"] for s in summaries},
+                          "battles": [{k: s[k] for k in ("opponent", "rounds", "wins", "score_share")}
+                                      for s in summaries]}))
     return code

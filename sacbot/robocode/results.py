@@ -27,7 +27,7 @@ class Row:
 def parse_results(text: str) -> tuple[int, list[Row]]:
     """``(rounds, rows)`` from the results file; ResultsError when it is not one."""
     lines = text.splitlines()
-    m = re.match(r"^Results for (\d+) rounds", lines[0].strip()) if lines else None
+    m = re.match(r"^Results for (\d+) rounds?\b", lines[0].strip()) if lines else None
     if not m:
         raise ResultsError(f"not a Robocode results file: it starts {lines[0][:60]!r}" if lines else
                            "the results file is empty")
