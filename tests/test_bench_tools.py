@@ -260,3 +260,44 @@ def test_the_robustness_suite_appends_each_run_and_resumes_where_it_stopped(tmp_
     again = run_tool("bench/robust", *args)  # everything is done: nothing runs, nothing is added
     assert again.returncode == 0 and "bench_robust: Pendulum" not in again.stderr
     assert len(out.read_text().splitlines()) == 4
+
+
+def _curve_run(root: Path, arm: str, points: list[tuple[int, int, int]], opponents=("sample.SittingDuck",)) -> None:
+    """A curve.jsonl of (battles, wins, rounds) points against each opponent."""
+    root.mkdir()
+    with open(root / "curve.jsonl", "w") as f:
+        for battles, wins, rounds in points:
+            for o in opponents:
+                f.write(json.dumps({"arm": arm, "seed": "0", "battles": battles, "train_rounds": 50 * battles,
+                                    "env_steps": 9000 * battles, "opponent": o, "rounds": rounds,
+                                    "wins": wins}) + "\n")
+
+
+@pytest.mark.timeout(120)
+def test_robocode_curves_pool_each_arms_last_points_and_draw_them(tmp_path):
+    two = ("sample.SittingDuck", "sample.Walls")
+    _curve_run(tmp_path / "a0", "sacbot", [(12, 1, 10), (24, 18, 20)], two)   # the last point counts, not the first
+    _curve_run(tmp_path / "a1", "sacbot", [(12, 3, 10), (20, 14, 20)], two)
+    _curve_run(tmp_path / "m0", "memoryless", [(12, 9, 10), (24, 4, 20)], two)
+    png = tmp_path / "img" / "c.png"
+    p = run_tool("bench/robocode_curves", tmp_path / "a0", tmp_path / "a1", tmp_path / "m0", "--out", png)
+    assert p.returncode == 0, p.stderr
+    f = json.loads(p.stdout.strip().splitlines()[-1])["finals"]
+    assert f["sacbot"]["by_opponent"]["sample.Walls"] == {"wins": 32, "rounds": 40, "rate": 0.8}
+    assert (f["sacbot"]["wins"], f["sacbot"]["rounds"], f["memoryless"]["wins"], f["memoryless"]["rounds"]) == (
+        64, 80, 8, 40)
+    d = f["difference"]
+    assert d["sacbot_minus_memoryless"] == 0.6 and d["se"] == round((0.8 * 0.2 / 80 + 0.2 * 0.8 / 40) ** 0.5, 3)
+    assert d["beyond_2_se"] is True
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_robocode_curves_name_a_root_that_is_not_a_curve(tmp_path):
+    p = run_tool("bench/robocode_curves", tmp_path)
+    assert p.returncode == 2 and "no curve.jsonl (made by tools/bench/robocode.py --curve-every N)" in p.stderr
+    (tmp_path / "curve.jsonl").write_text('{"arm": "sacbot"}\n')
+    p = run_tool("bench/robocode_curves", tmp_path)
+    assert p.returncode == 2 and "curve.jsonl:1: a curve point needs battles, train_rounds" in p.stderr, p.stderr
+    (tmp_path / "curve.jsonl").write_text("[1,\n")
+    p = run_tool("bench/robocode_curves", tmp_path)
+    assert p.returncode == 2 and "curve.jsonl:1: not JSON" in p.stderr, p.stderr
