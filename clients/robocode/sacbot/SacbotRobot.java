@@ -223,7 +223,8 @@ public class SacbotRobot extends AdvancedRobot {
         }
     }
 
-    private void apply(double[] a) {
+    /** Sets this turn's orders from an action (docs/robocode.md lists the mapping). */
+    void apply(double[] a) {
         double move = clip(a[0]);
         setMaxVelocity(Math.abs(move) * Rules.MAX_VELOCITY);
         setAhead(move >= 0 ? 1e5 : -1e5);
