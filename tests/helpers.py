@@ -165,3 +165,14 @@ def build_zip(payload: dict, config: dict | None = None, spaces: dict | None = N
     buf = io.BytesIO()
     _write_zip(buf, entries, manifest)
     return buf.getvalue(), manifest
+
+
+def robocode_missing() -> str | None:
+    """Why Robocode's tests cannot run here (what is missing and the setup step), or None."""
+    from sacbot.robocode.install import RobocodeMissing, find_install
+
+    try:
+        find_install()
+    except RobocodeMissing as e:
+        return str(e)
+    return None

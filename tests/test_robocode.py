@@ -15,10 +15,9 @@ import sys
 import time
 
 import pytest
-from helpers import wait_until
+from helpers import robocode_missing, wait_until
 
 from sacbot.robocode import OBS_SIZE
-from sacbot.robocode.install import RobocodeMissing, find_install
 from sacbot.robocode.results import parse_results, read_stats
 from sacbot.store import checkpoint as ck
 
@@ -28,15 +27,7 @@ pytestmark = [pytest.mark.xdist_group("robocode"), pytest.mark.alone]
 SMALL = ["--hidden", "32", "--batch-size", "8", "--seq-len", "8", "--learning-starts", "256", "--calib-updates", "8"]
 
 
-def _missing() -> str | None:
-    try:
-        find_install()
-    except RobocodeMissing as e:
-        return str(e)
-    return None
-
-
-MISSING = _missing()
+MISSING = robocode_missing()
 needs_robocode = pytest.mark.skipif(MISSING is not None, reason=f"Robocode's tests need it: {MISSING}")
 
 

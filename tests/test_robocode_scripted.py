@@ -12,23 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from sacbot.robocode.install import RobocodeMissing, find_install
+from helpers import robocode_missing
 
 BENCH = Path(__file__).resolve().parents[1] / "tools" / "bench" / "robocode_scripted.py"
 pytestmark = [pytest.mark.xdist_group("robocode"), pytest.mark.alone]
 
 
-def _missing() -> str | None:
-    try:
-        find_install()
-    except RobocodeMissing as e:
-        return str(e)
-    return None
-
-
 @pytest.mark.timeout(180)
-@pytest.mark.skipif(_missing() is not None, reason=f"needs Robocode: {_missing()}")
+@pytest.mark.skipif(robocode_missing() is not None, reason=f"needs Robocode: {robocode_missing()}")
 def test_aiming_by_the_observation_alone_beats_walls_standing_still():
     p = subprocess.run([sys.executable, str(BENCH), "--opponents", "sample.Walls", "--rounds", "6", "--stand-still"],
                        capture_output=True, text=True, timeout=150)
