@@ -260,6 +260,14 @@ def test_the_robustness_suite_appends_each_run_and_resumes_where_it_stopped(tmp_
     again = run_tool("bench/robust", *args)  # everything is done: nothing runs, nothing is added
     assert again.returncode == 0 and "bench_robust: Pendulum" not in again.stderr
     assert len(out.read_text().splitlines()) == 4
+    # a candidate default: its own arm's rows beside the defaults', its flags passed to sacbot
+    one = ("--tasks", "Pendulum-v1", "--arms", "sacbot", *args[8:])
+    cand = run_tool("bench/robust", *one, "--views", "full", "--candidate", "ri=--reward-input")
+    assert cand.returncode == 0, cand.stderr
+    assert [json.loads(x)["arm"] for x in out.read_text().splitlines()][4:] == ["sacbot+ri"]
+    bad = run_tool("bench/robust", *one, "--views", "P", "--candidate", "x=--no-such-flag")
+    assert bad.returncode != 0 and "--no-such-flag" in bad.stderr
+    assert run_tool("bench/robust", *args, "--candidate", "reward input").returncode == 2
 
 
 def _curve_run(root: Path, arm: str, points: list[tuple[int, int, int]], opponents=("sample.SittingDuck",)) -> None:

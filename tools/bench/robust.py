@@ -21,6 +21,7 @@ gap between the random policy and SB3 SAC's mean on the fully observed task.
     python tools/bench/robust.py --steps 25000 --seeds 0 1 2                       # the suite
     python tools/bench/robust.py --tasks Pendulum-v1 --views full F --arms sacbot random \\
         --steps 300 --seeds 0 --episodes 1 --out /tmp/smoke.jsonl                  # a smoke run
+    python tools/bench/robust.py --arms sacbot --candidate reward-input=--reward-input  # a candidate default
 
 Progress goes to stderr; the last line of stdout is one JSON object (the report).
 """
@@ -150,11 +151,16 @@ def run_one(a, task: str, view: str, arm: str, seed: int) -> float | None:
         shutil.rmtree(os.path.dirname(wdir), ignore_errors=True)
 
 
+def named(arm: str, label: str) -> str:
+    """The arm's name in the results: a candidate's flags change only sacbot's own arms."""
+    return f"{arm}+{label}" if label and arm in ("sacbot", "memoryless") else arm
+
+
 def timed_run(a, key: tuple) -> tuple[tuple, float | None, float]:
     """One run in a worker process: its key, its return (None: the arm cannot run here), seconds."""
     t0 = time.monotonic()
     task, view, arm, seed, _ = key
-    return key, run_one(a, task, view, arm, seed), time.monotonic() - t0
+    return key, run_one(a, task, view, arm.partition("+")[0], seed), time.monotonic() - t0
 
 
 def provenance() -> dict:
@@ -216,15 +222,25 @@ def main() -> int:
                    "default the repo's own record of the suite, so that its runs add up over sittings")
     p.add_argument("--jobs", type=int, default=1, help="runs at once (each about one core)")
     p.add_argument("--report-only", action="store_true", help="report what --out holds; run nothing")
+    p.add_argument("--candidate", metavar="LABEL=FLAGS", help="a candidate default: the sacbot and memoryless "
+                   "arms run with FLAGS after --no-preset and are recorded as arms 'sacbot+LABEL' and "
+                   "'memoryless+LABEL', beside the current defaults' rows (e.g. reward-input=--reward-input)")
     a = p.parse_args()
     if a.steps < 1 or a.episodes < 1 or a.jobs < 1 or any(s < 0 for s in a.seeds):
         p.error("--steps, --episodes and --jobs want integers >= 1, --seeds integers >= 0")
     # What bench_learning's runs read from its own arguments.
     a.eval_every, a.sacbot_args, a.int8_vs_fp32 = max(a.steps, 1), "--no-preset", False
+    label = ""
+    if a.candidate is not None:
+        label, sep, flags = a.candidate.partition("=")
+        if not sep or not label.strip() or not flags.strip() or any(c.isspace() or c == "+" for c in label):
+            p.error(f"--candidate wants LABEL=FLAGS with a LABEL of no spaces or '+', e.g. "
+                    f"reward-input=--reward-input; got {a.candidate!r}")
+        a.sacbot_args += " " + flags.strip()
     done = done_keys(a.out)
     if not a.report_only:
-        todo = [(task, view, arm, seed, a.steps) for task in a.tasks for view in a.views for seed in a.seeds
-                for arm in a.arms if (task, view, arm, seed, a.steps) not in done]
+        todo = [(task, view, named(arm, label), seed, a.steps) for task in a.tasks for view in a.views
+                for seed in a.seeds for arm in a.arms if (task, view, named(arm, label), seed, a.steps) not in done]
         print(f"bench_robust: {len(todo)} runs to do, {a.jobs} at a time", file=sys.stderr, flush=True)
         where = provenance()
 
