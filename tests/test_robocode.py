@@ -103,6 +103,8 @@ def test_a_learning_battle_checkpoints_and_its_wins_match_the_bots_episodes(trai
     assert summary["wins"] == sum(1 for e in played if e["won"]) + sum(1 for s in stats if s["won"] and
                                                                         not s["sends_end"])
     assert summary["turns"] == sum(s["turns"] for s in stats) > 0
+    # The robot's count of its shooting, summed over its rounds.
+    assert summary["shots"] == sum(s["shots"] for s in stats) >= summary["hits"] == sum(s["hits"] for s in stats)
     # Replies are held while the learner is behind (--hold-ms): the battle plays at its pace, dropping nothing.
     server = summary["server"]
     assert server["drops"]["transition"] == 0 and server["holds"] > 0, server
@@ -133,7 +135,11 @@ def test_eval_with_no_trained_bot_plays_the_shipped_one_from_another_directory(t
     assert done.returncode == 0, done.stdout + done.stderr
     assert "plays the shipped Robocode bot, sacbot/bots/robocode.zip" in done.stderr, done.stdout + done.stderr
     assert "vs sample.SittingDuck: won" in done.stdout, done.stdout
-    assert json.loads(done.stdout.strip().splitlines()[-1])["mode"] == "eval"
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["mode"] == "eval"
+    # The shipped bot hits a robot that never moves (it won 98 of 100 rounds): hits counted, aim close.
+    (battle,) = out["battles"]
+    assert 0 < battle["hits"] <= battle["shots"] and battle["aim_error_deg"] < 10, battle
     assert not root.exists()  # eval writes nothing under ROOT
 
 

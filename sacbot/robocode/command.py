@@ -33,7 +33,7 @@ from sacbot.robocode.install import (
     sample_robots,
     write_battle,
 )
-from sacbot.robocode.results import ResultsError, parse_results, read_stats, robot_row
+from sacbot.robocode.results import ResultsError, describe_shooting, parse_results, read_stats, robot_row, shooting
 from sacbot.store.pretrained import shipped_dir
 
 log = logging.getLogger("sacbot")
@@ -287,7 +287,7 @@ def run_battle(a, inst, workdir: str, out_dir: str, opponent: str, port: int, st
             "rounds_unconnected": sum(1 for r in played if int(r.get("steps", 0)) == 0),
             "rounds_disabled": disabled,
             # Robocode stopped the robot's thread before the round's end reached it (docs/robocode.md).
-            "rounds_finished_late": sum(1 for r in played if r.get("stopped")),
+            "rounds_finished_late": sum(1 for r in played if r.get("stopped")), **shooting(played),
             "results_file": results, "rounds_file": stats}
 
 
@@ -343,7 +343,7 @@ def main(argv: list[str]) -> int:
             summaries.append(s)
             print(f"sacbot robocode: vs {opponent}: won {s['wins']}/{s['rounds']} ({s['win_rate']:.0%}), score share "
                   f"{s['score_share']:.0%}, {s['turns']} turns in {s['battle_s']:.1f} s, skipped turns "
-                  f"{s['skipped_turns']}, reply timeouts {s['reply_timeouts']}"
+                  f"{s['skipped_turns']}, reply timeouts {s['reply_timeouts']}, {describe_shooting(s)}"
                   + (f", rounds the robot was stopped for skipping turns {s['rounds_disabled']}"
                      if s["rounds_disabled"] else "")
                   + (f", rounds whose end the robot did not see (ended as lost at the next round's start) "
@@ -371,6 +371,7 @@ def main(argv: list[str]) -> int:
     if summaries:
         print(json.dumps({"bot": a.bot, "mode": "eval" if a.eval else "train",
                           "win_rates": {s["opponent"]: s["win_rate"] for s in summaries},
-                          "battles": [{k: s[k] for k in ("opponent", "rounds", "wins", "score_share")}
+                          "battles": [{k: s[k] for k in ("opponent", "rounds", "wins", "score_share", "shots", "hits",
+                                                         "hit_rate", "aim_error_deg")}
                                       for s in summaries]}))
     return code

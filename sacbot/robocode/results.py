@@ -56,6 +56,26 @@ def robot_row(rows: list[Row], name: str) -> Row:
     raise ResultsError(f"{name} is not in the results ({', '.join(r.name for r in rows)})")
 
 
+def shooting(played: list[dict]) -> dict:
+    """The robot's shooting over the rounds of its lines: bullets fired, hits, the hit rate, the mean aim
+    error in degrees (how far the gun was from the enemy's lead at each shot, over the shots fired with the
+    enemy seen), the shots fired before any scan, and the energy spent on bullets."""
+    shots, hits = sum(int(r.get("shots", 0)) for r in played), sum(int(r.get("hits", 0)) for r in played)
+    blind = sum(int(r.get("blind_shots", 0)) for r in played)
+    aimed = shots - blind
+    return {"shots": shots, "hits": hits, "hit_rate": round(hits / shots, 4) if shots else None,
+            "aim_error_deg": round(sum(float(r.get("aim_deg_sum", 0.0)) for r in played) / aimed, 3) if aimed else None,
+            "blind_shots": blind, "fire_energy": round(sum(float(r.get("fire_energy", 0.0)) for r in played), 2)}
+
+
+def describe_shooting(s: dict) -> str:
+    """One phrase for a battle's line from :func:`shooting`'s figures."""
+    if not s["shots"]:
+        return "no shots fired"
+    aim = f", mean aim error {s['aim_error_deg']:.1f} deg" if s["aim_error_deg"] is not None else ""
+    return f"{s['shots']} shots, {s['hits']} hits ({s['hit_rate']:.0%}){aim}"
+
+
 def read_stats(path: str) -> list[dict]:
     """The robot's lines, one a round it played (the robot writes them; a torn last line is skipped)."""
     out = []

@@ -32,7 +32,7 @@ from sacbot.robocode.install import (
     sample_robots,
     write_battle,
 )
-from sacbot.robocode.results import parse_results, robot_row
+from sacbot.robocode.results import describe_shooting, parse_results, read_stats, robot_row, shooting
 
 SOURCE = os.path.join(REPO, "clients", "robocode", "tools", "ScriptedRobot.java")
 NAME = "sacbot.ScriptedRobot"
@@ -52,10 +52,11 @@ def place(inst, workdir: str) -> None:
 
 
 def play(inst, workdir: str, opponent: str, rounds: int, props: dict[str, str], timeout: float = 1800) -> dict:
-    """One battle of the scripted robot against ``opponent``: its rounds won and score share."""
+    """One battle of the scripted robot against ``opponent``: its rounds won, score share and shooting."""
     stem = os.path.join(workdir, f"scripted-{opponent}")
     write_battle(stem + ".battle", [NAME + "*", opponent], rounds)
     t0 = time.monotonic()
+    props = {**props, "sacbot.stats": stem + ".rounds.jsonl"}  # the robot's line a round: its shots among them
     done = subprocess.run(java_command(inst, workdir, stem + ".battle", stem + ".results.txt", 10000, props),
                           capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0 or not os.path.exists(stem + ".results.txt"):
@@ -64,7 +65,8 @@ def play(inst, workdir: str, opponent: str, rounds: int, props: dict[str, str], 
         played, rows = parse_results(f.read())
     me = robot_row(rows, NAME)
     return {"opponent": opponent, "rounds": played, "wins": me.firsts, "win_rate": me.firsts / played,
-            "score_share": None if me.score_pct is None else me.score_pct / 100, "battle_s": time.monotonic() - t0}
+            "score_share": None if me.score_pct is None else me.score_pct / 100, "battle_s": time.monotonic() - t0,
+            **shooting(read_stats(stem + ".rounds.jsonl"))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         place(inst, tmp)
         for opponent in opponents:
             b = play(inst, tmp, opponent, a.rounds, props)
-            print(f"scripted vs {opponent}: won {b['wins']}/{b['rounds']}, score share {b['score_share']:.0%}",
-                  file=sys.stderr)
+            print(f"scripted vs {opponent}: won {b['wins']}/{b['rounds']}, score share {b['score_share']:.0%}, "
+                  f"{describe_shooting(b)}", file=sys.stderr)
             battles.append(b)
     print(json.dumps({"policy": "stand still" if a.stand_still else "move", "power": a.power,
                       "tolerance_deg": a.tolerance, "seed": a.seed,

@@ -63,6 +63,11 @@ public class SacbotRobot extends AdvancedRobot {
     private int skipped;
     private int timeouts;
     private double maxReplyMs;
+    private int shots;
+    private int hits;
+    private int blindShots; // fired before any scan of the enemy
+    private double aimDegSum; // the aim errors of the other shots, in degrees
+    private double fireEnergy;
     private double lastVelocity;
     private boolean seen;
     private double enemyX;
@@ -234,9 +239,25 @@ public class SacbotRobot extends AdvancedRobot {
         double fire = clip(a[4]);
         if (fire > 0.0) { // below 0: hold fire
             firePower = Rules.MIN_BULLET_POWER + fire * (Rules.MAX_BULLET_POWER - Rules.MIN_BULLET_POWER);
-            if (getGunHeat() == 0.0) {
-                setFire(firePower);
+            if (getGunHeat() == 0.0 && setFireBullet(firePower) != null) {
+                countShot();
             }
+        }
+    }
+
+    /**
+     * Counts a bullet just fired: its energy, and how far the gun was from where the enemy will be when a bullet of
+     * this power gets there (the aim error; a shot with no enemy seen yet has none).
+     */
+    private void countShot() {
+        shots++;
+        fireEnergy += firePower;
+        if (seen) {
+            double err = Utils.normalRelativeAngle(aimBearing(getX(), getY(), getBattleFieldWidth(),
+                    getBattleFieldHeight()) - getGunHeadingRadians());
+            aimDegSum += Math.abs(Math.toDegrees(err));
+        } else {
+            blindShots++;
         }
     }
 
@@ -346,6 +367,7 @@ public class SacbotRobot extends AdvancedRobot {
     @Override
     public void onBulletHit(BulletHitEvent e) {
         pendingReward += Rules.getBulletDamage(e.getBullet().getPower()) / REWARD_SCALE;
+        hits++;
     }
 
     @Override
@@ -395,9 +417,10 @@ public class SacbotRobot extends AdvancedRobot {
             w.write(String.format(Locale.ROOT,
                     "{\"round\": %d, \"turns\": %d, \"steps\": %d, \"skipped\": %d, \"timeouts\": %d, "
                             + "\"max_reply_ms\": %.3f, \"connected\": %b, \"won\": %b, \"sends_end\": %b, "
-                            + "\"stopped\": %b, \"error\": \"%s\"}%n",
+                            + "\"stopped\": %b, \"shots\": %d, \"hits\": %d, \"blind_shots\": %d, "
+                            + "\"aim_deg_sum\": %.3f, \"fire_energy\": %.3f, \"error\": \"%s\"}%n",
                     round, turns, steps, skipped, timeouts, maxReplyMs, client != null, outcome, sendsEnd, stopped,
-                    lastError.replace("\\", "\\\\").replace("\"", "'")));
+                    shots, hits, blindShots, aimDegSum, fireEnergy, lastError.replace("\\", "\\\\").replace("\"", "'")));
         } catch (IOException ignored) {
             // the stats are a measurement aid: a robot that cannot write them plays on
         }
