@@ -187,11 +187,15 @@ def test_the_server_killed_mid_battle_leaves_robocode_standing_and_the_next_batt
     (results,) = glob.glob(killed.replace(".rounds.jsonl", ".results.txt"))
     with open(results, encoding="utf-8") as f:
         assert parse_results(f.read())[0] == 8
-    done = robocode(root, "--rounds", "2")
+    # (with the other reward: the user is told the replay will hold both, and the robot gets it)
+    done = robocode(root, "--rounds", "2", "--reward", "energy")
     assert done.returncode == 0, done.stdout + done.stderr
     # The killed server saved nothing: the new one starts from the checkpoint before it.
     m = re.search(r"resumed from (\S+), (\d+) episodes so far", done.stdout)
     assert m and m.group(1) == newest and int(m.group(2)) >= saved_episodes, done.stdout
+    assert "trained with --reward damage until now and goes on with --reward energy" in done.stderr, done.stderr
+    last = json.loads((root / "robocode" / "run" / "robocode.jsonl").read_text().splitlines()[-1])
+    assert last["reward"] == "energy" and {r["reward"] for r in read_stats(last["rounds_file"])} == {"energy"}
 
 
 def processes_under(root) -> list[str]:

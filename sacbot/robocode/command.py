@@ -94,6 +94,10 @@ def parser() -> argparse.ArgumentParser:
                         "--hold-ms), so that the battle plays at the learner's pace and no turn's transition is "
                         "dropped; at most half of --reply-ms (default 0: the battle runs free and the learner "
                         "takes what it can, which learnt best in the runs in docs/experiments.md)")
+    p.add_argument("--reward", choices=("damage", "energy"), default="damage",
+                   help="the robot's reward: damage dealt minus taken and the round's outcome (default), or "
+                        "'energy': also each bullet's power charged when fired and its hit bonus (3 x power) "
+                        "when it hits, as Robocode moves energy (docs/robocode.md)")
     p.add_argument("--battle-timeout", type=float, default=3600.0,
                    help="seconds a battle may take before Robocode is killed (default 3600)")
     p.add_argument("--port", type=int, default=0, help="the server's TCP port (default 0: a free one)")
@@ -257,7 +261,8 @@ def run_battle(a, inst, workdir: str, out_dir: str, opponent: str, port: int, st
     # The robot's hello at a round's start has 300 turn budgets before Robocode gives up waiting.
     hello_ms = int(min(5000, 250 * a.turn_budget_ms))
     props = {"sacbot.port": str(port), "sacbot.bot": a.bot, "sacbot.opponent": opponent,
-             "sacbot.replyMs": str(a.reply_ms), "sacbot.helloMs": str(hello_ms), "sacbot.stats": stats}
+             "sacbot.replyMs": str(a.reply_ms), "sacbot.helloMs": str(hello_ms), "sacbot.stats": stats,
+             "sacbot.reward": a.reward}
     # -tps 10000, Robocode's most: without a display Robocode does not hold turns back to a TPS anyway.
     cmd = java_command(inst, os.path.abspath(workdir), battle, results, 10000, props)
     t0 = time.monotonic()
@@ -277,7 +282,8 @@ def run_battle(a, inst, workdir: str, out_dir: str, opponent: str, port: int, st
         # Robocode stops a robot for the round when it skips more than 30 turns in a row.
         disabled = f.read().count(f"{ROBOT_ENTRY} has skipped too many turns")
     total = (me.score + them.score) or 1
-    return {"time": time.time(), "opponent": opponent, "mode": "eval" if a.eval else "train", "rounds": rounds,
+    return {"time": time.time(), "opponent": opponent, "mode": "eval" if a.eval else "train", "reward": a.reward,
+            "rounds": rounds,
             "wins": me.firsts, "win_rate": me.firsts / rounds, "score": me.score, "opponent_score": them.score,
             "score_share": me.score / total, "battle_s": round(seconds, 3),
             "turns": sum(int(r.get("turns", 0)) for r in played),
@@ -289,6 +295,21 @@ def run_battle(a, inst, workdir: str, out_dir: str, opponent: str, port: int, st
             # Robocode stopped the robot's thread before the round's end reached it (docs/robocode.md).
             "rounds_finished_late": sum(1 for r in played if r.get("stopped")), **shooting(played),
             "results_file": results, "rounds_file": stats}
+
+
+def _last_reward(root: str, bot: str) -> str | None:
+    """The reward the bot's last training battle used (its robocode.jsonl; lines before the setting: damage)."""
+    last = None
+    try:
+        with open(os.path.join(root, bot, "run", "robocode.jsonl"), encoding="utf-8") as f:
+            for line in f:
+                try:
+                    last = json.loads(line).get("reward", "damage")
+                except (ValueError, AttributeError):
+                    continue
+    except OSError:
+        return None
+    return last
 
 
 def main(argv: list[str]) -> int:
@@ -312,6 +333,10 @@ def main(argv: list[str]) -> int:
             out_dir = os.path.join(workdir, "battles")
             os.makedirs(out_dir, exist_ok=True)
         prepare_workdir(inst, workdir, a.turn_budget_ms)
+        before = None if a.eval else _last_reward(a.root, a.bot)
+        if before not in (None, a.reward):
+            log.warning("robocode: bot %s trained with --reward %s until now and goes on with --reward %s: its "
+                        "replay holds both until the new rewards fill it", a.bot, before, a.reward)
     except (UsageError, RobocodeMissing) as e:
         log.error("robocode: %s", e)
         if tmp:

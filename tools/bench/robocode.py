@@ -99,6 +99,8 @@ def main() -> None:
     ap.add_argument("--eval-rounds", type=int, default=100, help="eval rounds at the end (default 100)")
     ap.add_argument("--root", default="runs/robocode-bench")
     ap.add_argument("--hold-ms", default="0", help="sacbot robocode --hold-ms for the training battles (default 0)")
+    ap.add_argument("--reward", choices=("damage", "energy"), default="damage",
+                    help="sacbot robocode --reward for the training battles (default damage)")
     ap.add_argument("--curve-every", type=int, default=0, metavar="N",
                     help="after every N training battles, play --curve-rounds eval rounds against each of "
                          "--curve-opponents and append them to ROOT/curve.jsonl, with the final eval (default 0: "
@@ -121,7 +123,8 @@ def main() -> None:
 
     while trained() < a.minutes * 60:
         opponent = cycle[battles % len(cycle)]
-        battle(["--root", a.root, "--opponents", opponent, "--rounds", str(a.rounds), "--hold-ms", a.hold_ms] + extra,
+        battle(["--root", a.root, "--opponents", opponent, "--rounds", str(a.rounds), "--hold-ms", a.hold_ms,
+                "--reward", a.reward] + extra,
                timeout=3 * 3600)
         battles += 1
         print(f"[{trained() / 60:.1f} min trained] {battles} battles", file=sys.stderr, flush=True)

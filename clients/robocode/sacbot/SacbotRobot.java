@@ -27,7 +27,7 @@ import robocode.util.Utils;
  * name for {@code new_episode}), {@code sacbot.replyMs} (how long a reply may take, 5), {@code sacbot.helloMs}
  * (how long the hello may take at a round's start, 2000), {@code sacbot.endMs} (how long an episode's last reply
  * and {@code new_episode}'s may take, 1000), {@code sacbot.stats} (a file that gets one JSON line a round; none
- * when unset).
+ * when unset), {@code sacbot.reward} ("damage", or "energy": bullets' cost and hit bonus counted too).
  *
  * <p>Robocode waits for a robot's turn only {@code robocode.cpu.constant} ns and skips the turn after it, so a
  * reply later than {@code sacbot.replyMs} drops the connection (the server ends that episode there, nothing made
@@ -39,6 +39,9 @@ public class SacbotRobot extends AdvancedRobot {
     static final int ACT = 5;
     // Reward: damage (energy) dealt minus taken, in units of REWARD_SCALE energy; the round's outcome +-1.
     static final double REWARD_SCALE = 50.0;
+    // sacbot.reward=energy also counts the energy bullets cost and win back: a shot's power is charged when it is
+    // fired, and a hit returns three times its power, as Robocode does.
+    static final boolean ENERGY_REWARD = "energy".equals(System.getProperty("sacbot.reward", "damage"));
     // The fine gun and radar angles: tanh(angle / 10 degrees).
     static final double FINE_ANGLE = Math.toRadians(10.0);
     // The lead looks at most this many turns ahead (a bullet of power 3 crosses 1,000 pixels in 91 turns).
@@ -252,6 +255,9 @@ public class SacbotRobot extends AdvancedRobot {
     private void countShot() {
         shots++;
         fireEnergy += firePower;
+        if (ENERGY_REWARD) {
+            pendingReward -= firePower / REWARD_SCALE;
+        }
         if (seen) {
             double err = Utils.normalRelativeAngle(aimBearing(getX(), getY(), getBattleFieldWidth(),
                     getBattleFieldHeight()) - getGunHeadingRadians());
@@ -367,6 +373,9 @@ public class SacbotRobot extends AdvancedRobot {
     @Override
     public void onBulletHit(BulletHitEvent e) {
         pendingReward += Rules.getBulletDamage(e.getBullet().getPower()) / REWARD_SCALE;
+        if (ENERGY_REWARD) {
+            pendingReward += Rules.getBulletHitBonus(e.getBullet().getPower()) / REWARD_SCALE;
+        }
         hits++;
     }
 
@@ -418,9 +427,9 @@ public class SacbotRobot extends AdvancedRobot {
                     "{\"round\": %d, \"turns\": %d, \"steps\": %d, \"skipped\": %d, \"timeouts\": %d, "
                             + "\"max_reply_ms\": %.3f, \"connected\": %b, \"won\": %b, \"sends_end\": %b, "
                             + "\"stopped\": %b, \"shots\": %d, \"hits\": %d, \"blind_shots\": %d, "
-                            + "\"aim_deg_sum\": %.3f, \"fire_energy\": %.3f, \"error\": \"%s\"}%n",
+                            + "\"aim_deg_sum\": %.3f, \"fire_energy\": %.3f, \"reward\": \"%s\", \"error\": \"%s\"}%n",
                     round, turns, steps, skipped, timeouts, maxReplyMs, client != null, outcome, sendsEnd, stopped,
-                    shots, hits, blindShots, aimDegSum, fireEnergy, lastError.replace("\\", "\\\\").replace("\"", "'")));
+                    shots, hits, blindShots, aimDegSum, fireEnergy, ENERGY_REWARD ? "energy" : "damage", lastError.replace("\\", "\\\\").replace("\"", "'")));
         } catch (IOException ignored) {
             // the stats are a measurement aid: a robot that cannot write them plays on
         }
