@@ -16,10 +16,11 @@ from helpers import robocode_missing
 
 BENCH = Path(__file__).resolve().parents[1] / "tools" / "bench" / "robocode_scripted.py"
 pytestmark = [pytest.mark.xdist_group("robocode"), pytest.mark.alone]
+MISSING = robocode_missing()
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.skipif(robocode_missing() is not None, reason=f"needs Robocode: {robocode_missing()}")
+@pytest.mark.skipif(MISSING is not None, reason=f"needs Robocode: {MISSING}")
 def test_aiming_by_the_observation_alone_beats_walls_standing_still():
     p = subprocess.run([sys.executable, str(BENCH), "--opponents", "sample.Walls", "--rounds", "6", "--stand-still"],
                        capture_output=True, text=True, timeout=150)

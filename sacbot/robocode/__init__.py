@@ -12,3 +12,5 @@ ROBOT_ENTRY = ROBOT + "*"
 OBS_SIZE = 24
 ACT_SIZE = 5
 OPPONENTS = ("sample.SittingDuck", "sample.SpinBot", "sample.Walls", "sample.Tracker")
+# The robot's rewards (its sacbot.reward property; docs/robocode.md): the first is the default.
+REWARDS = ("damage", "energy")

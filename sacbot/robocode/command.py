@@ -24,7 +24,7 @@ import time
 from importlib import resources
 
 from sacbot.console import Signals, die_with_parent
-from sacbot.robocode import ACT_SIZE, OBS_SIZE, OPPONENTS, ROBOT, ROBOT_ENTRY
+from sacbot.robocode import ACT_SIZE, OBS_SIZE, OPPONENTS, REWARDS, ROBOT, ROBOT_ENTRY
 from sacbot.robocode.install import (
     RobocodeMissing,
     find_install,
@@ -94,7 +94,7 @@ def parser() -> argparse.ArgumentParser:
                         "--hold-ms), so that the battle plays at the learner's pace and no turn's transition is "
                         "dropped; at most half of --reply-ms (default 0: the battle runs free and the learner "
                         "takes what it can, which learnt best in the runs in docs/experiments.md)")
-    p.add_argument("--reward", choices=("damage", "energy"), default="damage",
+    p.add_argument("--reward", choices=REWARDS, default=REWARDS[0],
                    help="the robot's reward: damage dealt minus taken and the round's outcome (default), or "
                         "'energy': also each bullet's power charged when fired and its hit bonus (3 x power) "
                         "when it hits, as Robocode moves energy (docs/robocode.md)")
@@ -304,7 +304,7 @@ def _last_reward(root: str, bot: str) -> str | None:
         with open(os.path.join(root, bot, "run", "robocode.jsonl"), encoding="utf-8") as f:
             for line in f:
                 try:
-                    last = json.loads(line).get("reward", "damage")
+                    last = json.loads(line).get("reward", REWARDS[0])
                 except (ValueError, AttributeError):
                     continue
     except OSError:

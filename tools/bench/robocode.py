@@ -32,6 +32,8 @@ import subprocess
 import sys
 import time
 
+from sacbot.robocode import REWARDS
+
 SACBOT = [sys.executable, "-m", "sacbot"]
 
 
@@ -99,8 +101,8 @@ def main() -> None:
     ap.add_argument("--eval-rounds", type=int, default=100, help="eval rounds at the end (default 100)")
     ap.add_argument("--root", default="runs/robocode-bench")
     ap.add_argument("--hold-ms", default="0", help="sacbot robocode --hold-ms for the training battles (default 0)")
-    ap.add_argument("--reward", choices=("damage", "energy"), default="damage",
-                    help="sacbot robocode --reward for the training battles (default damage)")
+    ap.add_argument("--reward", choices=REWARDS, default=REWARDS[0],
+                    help=f"sacbot robocode --reward for the training battles (default {REWARDS[0]})")
     ap.add_argument("--curve-every", type=int, default=0, metavar="N",
                     help="after every N training battles, play --curve-rounds eval rounds against each of "
                          "--curve-opponents and append them to ROOT/curve.jsonl, with the final eval (default 0: "

@@ -429,7 +429,8 @@ public class SacbotRobot extends AdvancedRobot {
                             + "\"stopped\": %b, \"shots\": %d, \"hits\": %d, \"blind_shots\": %d, "
                             + "\"aim_deg_sum\": %.3f, \"fire_energy\": %.3f, \"reward\": \"%s\", \"error\": \"%s\"}%n",
                     round, turns, steps, skipped, timeouts, maxReplyMs, client != null, outcome, sendsEnd, stopped,
-                    shots, hits, blindShots, aimDegSum, fireEnergy, ENERGY_REWARD ? "energy" : "damage", lastError.replace("\\", "\\\\").replace("\"", "'")));
+                    shots, hits, blindShots, aimDegSum, fireEnergy, ENERGY_REWARD ? "energy" : "damage",
+                    lastError.replace("\\", "\\\\").replace("\"", "'")));
         } catch (IOException ignored) {
             // the stats are a measurement aid: a robot that cannot write them plays on
         }
