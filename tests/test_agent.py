@@ -329,6 +329,37 @@ def test_reward_input_appends_the_previous_reward_to_what_the_learner_sees(tmp_p
     agent.close()
 
 
+def test_reward_input_squash_symlog_scales_the_input_not_the_reward_learnt_from(tmp_path):
+    """symlog keeps large rewards near the observation's size as an input; the transition's own
+    reward, which the critic learns from, is the game's."""
+    from sacbot.learning.sac import SACLSTMLearner
+    from sacbot.wire.boundary import LearnerLink
+
+    class Recording(LearnerLink):
+        def wait_ready(self, timeout):
+            return True
+
+        def spaces(self):
+            return 4, 1
+
+        def close(self, acting_rng=None, timeout=0.0):
+            return self.status().but(final_save={"ok": True})
+
+    cfg = small_cfg(tmp_path, reward_input=True, reward_input_squash="symlog")
+    link = Recording(queue_size=100)
+    link.publish(SACLSTMLearner(4, 1, cfg).export_actor())
+    agent = Agent(cfg, OBS_SPACE, ACT_SPACE, learner=link)
+    agent.new_episode("x")
+    for r in (-100.0, 9.0, 0.0):
+        agent.act(np.zeros(3, np.float32))
+        agent.observe(r, np.zeros(3, np.float32), False, False)
+    sent = [m for m in link.outbox.drain() if isinstance(m, Transition)]
+    assert [t.reward for t in sent] == [-100.0, 9.0, 0.0]
+    np.testing.assert_allclose([t.next_obs[-1] for t in sent], [-np.log(101.0), np.log(10.0), 0.0], rtol=1e-6)
+    np.testing.assert_allclose([t.obs[-1] for t in sent], [0.0, -np.log(101.0), np.log(10.0)], rtol=1e-6)
+    agent.close()
+
+
 @pytest.mark.timeout(60)
 def test_eval_of_a_bot_trained_without_reward_input_names_the_setting(tmp_path):
     """An upgrade case: the POMDP presets turn reward_input on; a bot saved before must be named

@@ -38,7 +38,7 @@ import numpy as np
 from sacbot.acting import policy
 from sacbot.acting.errors import AgentError, AgentInterrupted
 from sacbot.acting.latency import LatencyWindow
-from sacbot.acting.spaces import input_dim, learner_spaces, space_dims
+from sacbot.acting.spaces import input_dim, learner_spaces, reward_feature, space_dims
 from sacbot.config import Config, ConfigError
 from sacbot.console import Log
 from sacbot.store.files import UnusableDir, append_jsonl, make_dir
@@ -350,7 +350,7 @@ class Agent:
 
     def _with_reward(self, x: np.ndarray, reward: float) -> np.ndarray:
         """The networks' input: the observation, then (``reward_input``) the previous reward."""
-        return np.append(x, np.float32(reward)) if self.cfg.reward_input else x
+        return np.append(x, reward_feature(reward, self.cfg.reward_input_squash)) if self.cfg.reward_input else x
 
     def _check_obs(self, obs, name: str) -> np.ndarray:
         try:

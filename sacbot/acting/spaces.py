@@ -32,6 +32,13 @@ def input_dim(cfg: Config, obs_dim: int) -> int:
     return obs_dim + int(cfg.reward_input)
 
 
+def reward_feature(reward: float, squash: str) -> np.float32:
+    """The value reward_input appends for the previous reward: as given, or symlog-squashed."""
+    if squash == "symlog":
+        return np.float32(np.sign(reward) * np.log1p(abs(reward)))
+    return np.float32(reward)
+
+
 def learner_spaces(net_obs: int, obs_space: gym.Space, action_space: gym.Space, env_layout: dict | None = None) -> dict:
     """What a learner saves of the game with its bot (the manifest's ``spaces``): the networks'
     input size, the spaces, and the env's layout kwargs (sacbot.acting.games.env_layout), which a later

@@ -213,11 +213,14 @@ def _description(params: ActorParams, manifest: dict, low: np.ndarray, high: np.
         "step": manifest.get("step"),
         "sizes": {"obs": params.obs_dim, "actor_obs": params.n_obs, "action": params.act_dim, "hidden": params.hidden},
         "obs": ("the observation flattened to float32 (row-major), then the previous tick's reward (0 at an "
-                "episode's start) as one more value" if config.get("reward_input") else
+                "episode's start) as one more value"
+                + (", as sign(r) * ln(1 + |r|)" if config.get("reward_input_squash") == "symlog" else "")
+                if config.get("reward_input") else
                 "the observation flattened to float32 (row-major)")
                + (f"; the actor reads its first {params.n_obs} values (the rest are the critic's alone)"
                   if params.n_obs < params.obs_dim else ""),
         "reward_input": bool(config.get("reward_input")),
+        "reward_input_squash": str(config.get("reward_input_squash") or "off"),
         "memoryless": bool(config.get("memoryless")),
         "inputs": {"obs": ["batch", params.obs_dim], "h": ["batch", params.hidden], "c": ["batch", params.hidden],
                    "prev_act": ["batch", params.act_dim]},

@@ -98,6 +98,7 @@ def render(a: RenderArgs) -> str:
 
 def _play(a: RenderArgs, env, params, cfg: dict, image) -> str:
     from sacbot.acting import policy
+    from sacbot.acting.spaces import reward_feature
 
     low = np.asarray(env.action_space.low, np.float32)
     half = (np.asarray(env.action_space.high, np.float32) - low) / 2
@@ -116,7 +117,7 @@ def _play(a: RenderArgs, env, params, cfg: dict, image) -> str:
         else:
             x = np.asarray(obs, np.float32).ravel()
             if reward_input:
-                x = np.append(x, np.float32(prev_r))
+                x = np.append(x, reward_feature(prev_r, str(cfg.get("reward_input_squash", "off"))))
             if memoryless:
                 state = policy.initial_state(params)
             u, state = policy.act(params, x, state)

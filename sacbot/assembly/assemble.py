@@ -112,7 +112,8 @@ def _eval(cfg: Config, obs_dim: int, act_dim: int, spaces: dict, logger: Log) ->
     # The export carries its own sizes; of the settings only the inputs must agree (and naming
     # reward_input says why a wider input is asked for; critic_obs, which values the actor reads),
     # and the game: a bot played in another one would read its values as something else.
-    expect = {"obs_dim": obs_dim, "act_dim": act_dim, "reward_input": cfg.reward_input, "critic_obs": cfg.critic_obs,
+    expect = {"obs_dim": obs_dim, "act_dim": act_dim, "reward_input": cfg.reward_input,
+              "reward_input_squash": cfg.reward_input_squash, "critic_obs": cfg.critic_obs,
               **_game(cfg, spaces)}
     try:
         # Actor-only: eval reads the deployable actor export and the manifest, nothing else.

@@ -155,8 +155,14 @@ class Config:
                                    "does): it reveals state that a partial observation hides (Pendulum-V: the "
                                    "angle). The POMDP Pendulums' presets turn it on. It shares the input "
                                    "quantizer's one scale with the observation, so rewards should be of the "
-                                   "observation's size; the game must call observe() every tick, eval too.",
+                                   "observation's size (or squashed: reward_input_squash); the game must call "
+                                   "observe() every tick, eval too.",
                             group="learner")
+    reward_input_squash: str = _f("off", "How reward_input's previous reward is shaped before the networks read it: "
+                                         "off (as the game gives it) or symlog (sign(r) ln(1 + |r|)), which keeps "
+                                         "rewards of any scale (+/-100 a crash, ~9 a tick) near the observation's "
+                                         "size for the input quantizer's one scale. The reward learnt from is "
+                                         "never changed.", choices=("off", "symlog"), group="learner")
     critic_obs: int = _f(0, "How many of the observation's last values only the critic reads: information for "
                             "training that the actor, and so the deployed policy, never sees (an asymmetric "
                             "critic). An env that declares such values (its critic_obs attribute, e.g. "

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("sacbot")
 # Settings a client may want to know (they shape what the bot does); sent in the welcome.
 WELCOME_SETTINGS = ("env", "eval_mode", "learner", "pace", "hidden", "utd_ratio", "learning_starts", "reward_input",
-                    "memoryless", "quant", "seed", "opponent_policy")
+                    "reward_input_squash", "memoryless", "quant", "seed", "opponent_policy")
 
 
 class NeedsThread(Exception):
