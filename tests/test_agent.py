@@ -18,7 +18,7 @@ from sacbot.acting import policy
 from sacbot.acting.agent import AgentError
 from sacbot.config import ConfigError
 from sacbot.learning.training import TrainingState, handle_message, train_pass
-from sacbot.wire.messages import MessageError, Transition, make_transition
+from sacbot.wire.messages import MessageError, NewEpisode, Transition, make_transition
 from sacbot.wire.snapshot import SnapshotReader, WeightSnapshot
 
 pytestmark = pytest.mark.timeout(60)
@@ -288,10 +288,8 @@ def test_a_layout_change_is_published_whole():
 
 
 @pytest.mark.timeout(60)
-def test_reward_input_appends_the_previous_reward_to_what_the_learner_sees(tmp_path):
-    """With reward_input the networks' observation is (obs, previous reward): 0 at an episode's
-    start, and a transition's next_obs carries its own reward, which is the next act's input."""
-    from sacbot.learning.sac import SACLSTMLearner
+def recording_link(obs_dim: int, act_dim: int, queue_size: int):
+    """A learner boundary nobody drains: what the agent sent stays in its outbox for the test."""
     from sacbot.wire.boundary import LearnerLink
 
     class Recording(LearnerLink):
@@ -299,13 +297,20 @@ def test_reward_input_appends_the_previous_reward_to_what_the_learner_sees(tmp_p
             return True
 
         def spaces(self):
-            return 4, 1
+            return obs_dim, act_dim
 
         def close(self, acting_rng=None, timeout=0.0):
             return self.status().but(final_save={"ok": True})
 
+    return Recording(queue_size=queue_size)
+
+
+def test_reward_input_appends_the_previous_reward_to_what_the_learner_sees(tmp_path):
+    """With reward_input the networks' observation is (obs, previous reward): 0 at an episode's
+    start, and a transition's next_obs carries its own reward, which is the next act's input."""
+    from sacbot.learning.sac import SACLSTMLearner
     cfg = small_cfg(tmp_path, reward_input=True)
-    link = Recording(queue_size=100)
+    link = recording_link(4, 1, queue_size=100)
     link.publish(SACLSTMLearner(4, 1, cfg).export_actor())  # the learner's input is obs_dim + 1
     agent = Agent(cfg, OBS_SPACE, ACT_SPACE, learner=link)
     rewards = [0.5, -2.0, 0.25]
@@ -329,24 +334,41 @@ def test_reward_input_appends_the_previous_reward_to_what_the_learner_sees(tmp_p
     agent.close()
 
 
+def test_after_transitions_dropped_by_a_full_queue_the_next_one_starts_a_new_chain(tmp_path):
+    """A free-paced game outruns its learner: the queue drops transitions.  The next one that gets a
+    place goes after a gap marker, so the replay never chains it to the one before the gap."""
+    from sacbot.learning.sac import SACLSTMLearner
+
+    cfg = small_cfg(tmp_path)
+    link = recording_link(3, 1, queue_size=2)
+    link.publish(SACLSTMLearner(3, 1, cfg).export_actor())
+    agent = Agent(cfg, OBS_SPACE, ACT_SPACE, learner=link)
+
+    def play(ticks):
+        for t in ticks:
+            agent.act(np.full(3, t, np.float32))
+            agent.observe(0.0, np.full(3, t + 1, np.float32), False, False)
+        return [m if isinstance(m, NewEpisode) else float(m.obs[0]) for m in link.outbox.drain()]
+
+    agent.new_episode("x")
+    # 2 and 3 found the queue full; one marker, queued before 3, covers both (no marker per drop).
+    assert play(range(5)) == [NewEpisode("x"), 0.0, 1.0, NewEpisode("x", gap=True)]
+    assert play(range(5, 8)) == [5.0, 6.0]  # 7 dropped: a new gap after 5 and 6
+    assert play(range(8, 10)) == [NewEpisode("x", gap=True), 8.0, 9.0]
+    assert link.drops()["transition"] == 4 and agent.unsent == 0
+    agent.new_episode("x")
+    assert play(range(3)) == [NewEpisode("x"), 0.0, 1.0]  # 2 dropped: a gap at the episode's end
+    agent.new_episode("x")
+    assert play(range(1)) == [NewEpisode("x"), 0.0]  # the new episode's start is the new chain
+    agent.close()
+
+
 def test_reward_input_squash_symlog_scales_the_input_not_the_reward_learnt_from(tmp_path):
     """symlog keeps large rewards near the observation's size as an input; the transition's own
     reward, which the critic learns from, is the game's."""
     from sacbot.learning.sac import SACLSTMLearner
-    from sacbot.wire.boundary import LearnerLink
-
-    class Recording(LearnerLink):
-        def wait_ready(self, timeout):
-            return True
-
-        def spaces(self):
-            return 4, 1
-
-        def close(self, acting_rng=None, timeout=0.0):
-            return self.status().but(final_save={"ok": True})
-
     cfg = small_cfg(tmp_path, reward_input=True, reward_input_squash="symlog")
-    link = Recording(queue_size=100)
+    link = recording_link(4, 1, queue_size=100)
     link.publish(SACLSTMLearner(4, 1, cfg).export_actor())
     agent = Agent(cfg, OBS_SPACE, ACT_SPACE, learner=link)
     agent.new_episode("x")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from sacbot.learning.replay import SequenceReplay
+from sacbot.wire.messages import NewEpisode, make_transition
 
 
 def episodic_buffer(lengths, capacity=1000, end="terminated"):
@@ -417,6 +418,36 @@ def test_a_restarted_bot_is_a_new_client_and_its_batches_are_not_taken_for_dupli
     assert before.put(1, 1, "again") == []  # the same client: a duplicate, rightly dropped
     restarted = InOrder(4, client="b")  # what LearnerServer.send makes when the client id changes
     assert [b for s in (1, 2, 3) for b in restarted.put(s, 1, s)] == [1, 2, 3]
+
+
+def test_the_ray_learner_opens_a_new_chain_after_dropping_a_bots_transitions():
+    """The Ray learner's inbox drops when full; a bot's next transition that gets in goes after a
+    gap marker, one per gap, and an episode start needs none."""
+    from sacbot.app.ray_cluster import LearnerServer
+    from sacbot.wire.channels import Channel
+
+    server = object.__new__(LearnerServer)  # its delivery alone: no learner loop, no Ray
+    server.inbox, server._gaps, server._chained = Channel(2), set(), set()
+    server._received = server._dropped_here = 0
+
+    def deliver(*msgs, source=0):
+        for m in msgs:
+            server._deliver(source, m)
+        got = [(s, m if isinstance(m, NewEpisode) else float(m.obs[0])) for s, m in server.inbox.drain()]
+        return got
+
+    def t(i):
+        return make_transition([i, 0, 0], [0.5], 1.0, [i + 1, 0, 0], False, False, obs_dim=3, act_dim=1)
+
+    assert deliver(NewEpisode("a"), t(0), t(1), t(2), t(3)) == [(0, NewEpisode("a")), (0, 0.0), (0, 1.0),
+                                                                (0, NewEpisode("", gap=True))]
+    assert deliver(t(5), t(6)) == [(0, 5.0), (0, 6.0)]  # the marker queued before 3 covers its drop too
+    assert deliver(t(7), t(8), source=1) == [(1, 7.0), (1, 8.0)]  # another bot: its own chain
+    assert deliver(t(9), t(10), t(11)) == [(0, 9.0), (0, 10.0)]
+    assert deliver(t(12)) == [(0, NewEpisode("", gap=True)), (0, 12.0)]
+    assert deliver(t(13), t(14), t(15)) == [(0, 13.0), (0, 14.0)]
+    assert deliver(NewEpisode("b"), t(0)) == [(0, NewEpisode("b")), (0, 0.0)]  # a new episode: no marker
+    assert server._dropped_here == 4 and server._received == 12
 
 
 def _replay_state(buf: SequenceReplay) -> dict:

@@ -137,6 +137,26 @@ def test_opponent_change_clears_by_default_and_keep_keeps(tmp_path):
         assert len(st.replay) == expect
 
 
+def test_a_gap_marker_breaks_the_chain_and_nothing_else(tmp_path):
+    """After transitions lost to a full queue, the episode goes on in a new chain: no sampled window
+    steps over the gap; the episode count, the opponent and the replay's rows are as they were."""
+    st = TrainingState.fresh(small_cfg(tmp_path, opponent_policy="clear"), 3, 1)
+    handle_message(st, NewEpisode("walker"))
+    for i in range(3):
+        handle_message(st, tr(i))
+    handle_message(st, NewEpisode("", gap=True))  # another opponent's name would clear: a gap never does
+    for i in range(5, 8):
+        handle_message(st, tr(i))
+    assert st.episodes == 1 and st.opponent == {0: "walker"} and len(st.replay) == 6
+    rows = {float(st.replay.obs[r, 0]): r for r in range(6)}
+    assert st.replay.next[rows[2.0]] == -1 and st.replay.prev[rows[5.0]] == -1  # two chains
+    assert st.replay.next[rows[1.0]] == rows[2.0] and st.replay.prev[rows[6.0]] == rows[5.0]
+    idx = st.replay.sample_indices(6, 6, np.random.default_rng(0))
+    for w in idx:
+        firsts = {float(st.replay.obs[r, 0]) for r in w if r >= 0}
+        assert firsts <= {0.0, 1.0, 2.0} or firsts <= {5.0, 6.0, 7.0}, firsts
+
+
 def test_a_new_opponent_clears_only_that_sources_rows_and_opponents_survive_a_resume(tmp_path):
     st = TrainingState.fresh(small_cfg(tmp_path), 3, 1)
     for source, opp in ((0, "walker"), (1, "spinner")):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from sacbot.wire.channels import Channel, SaveSlot
-from sacbot.wire.messages import MessageError, NewEpisode, Shutdown, Transition, decode, encode, make_transition
+from sacbot.wire.messages import MessageError, NewEpisode, Shutdown, Transition, decode, encode, make_transition, pack
 from sacbot.wire.snapshot import SnapshotReader, WeightSnapshot
 
 pytestmark = pytest.mark.timeout(60)
@@ -22,9 +22,13 @@ def tr(i=0.0, term=False, trunc=False):
 
 
 def test_every_message_round_trips_through_msgpack():
-    for msg in (tr(1.5, term=True), NewEpisode("tracker"), NewEpisode(""), Shutdown()):
+    for msg in (tr(1.5, term=True), NewEpisode("tracker"), NewEpisode(""), NewEpisode("x", gap=True), Shutdown()):
         back = decode(encode(msg))
         assert type(back) is type(msg) and back == msg
+    # A peer from before gap markers sends an episode start as two fields; a third must be a bool.
+    assert decode(pack(["N", "x"])) == NewEpisode("x") and encode(NewEpisode("x")) == pack(["N", "x"])
+    with pytest.raises(MessageError):
+        decode(pack(["N", "x", 1]))
     t = decode(encode(tr(2.0)))
     assert isinstance(t, Transition) and t.obs.dtype == np.float32 and t.obs[0] == 2.0
 

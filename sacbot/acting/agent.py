@@ -125,6 +125,10 @@ class Agent:
         self.final_save: dict | None = None  # set by close(): {"ok": bool, "path" or "error"}
         self.learner = None
         self._episode_sent = True  # the learner knows where this episode starts
+        # A transition of this episode was dropped after others got in: the next one must start a new
+        # chain (a gap marker first).  _chained: a transition got in since the last chain's start, so a
+        # drop now is a gap; a marker already queued covers every drop until the next one gets in.
+        self._gap = self._chained = False
         self.unsent = 0  # transitions not sent because their episode's start could not be
         try:
             make_dir(cfg.run_dir, "--run-dir")
@@ -259,11 +263,21 @@ class Agent:
         if self.learner is not None and not self._closed and self._episode_sent:
             if self.learning_starts_left > 0:
                 self.learning_starts_left -= 1
-            if self.learner.send([tr]):
+            if self._gap:
+                # The replay must not chain this transition to the one before the dropped ones: a
+                # sampled sequence would step over missing ticks, and n-step returns with it.
+                self._gap = self.learner.send([NewEpisode(self.opponent, gap=True)]) != 1
+                self._chained = self._chained and self._gap
+            if self._gap:
+                self.unsent += 1  # not even the gap's marker got a place: not sent, not chained
+            elif self.learner.send([tr]):
                 self.sent += 1
+                self._chained = True
                 if self.cfg.pace == "lockstep" and not (self.stop is not None and self.stop.is_set()):
                     # Not past a stop request: a close must not wait for a slow learner's pass.
                     self.learner.wait_processed(self.sent, timeout=600.0, stop=self.stop)
+            else:
+                self._gap = self._chained
         elif self.learner is not None and not self._closed:
             self.unsent += 1  # its episode's start did not get through
         if tr.terminated or tr.truncated:
@@ -302,6 +316,7 @@ class Agent:
             # sent at all: its transitions would otherwise be chained to the previous episode, or
             # skip an opponent change's clear.  Its drops are counted like the others.
             self._episode_sent = self.learner.send([NewEpisode(self.opponent)]) == 1
+            self._gap = self._chained = False
 
     def _end_episode(self, won: bool | None) -> None:
         self.episodes += 1

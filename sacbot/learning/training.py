@@ -111,6 +111,8 @@ def handle_message(state: TrainingState, msg, source: int = 0) -> bool:
                                source)
         state.env_steps += len(msg)
         state.pending += len(msg)
+    elif isinstance(msg, NewEpisode) and msg.gap:
+        state.replay.start_episode(source)  # the episode goes on, in a new chain: nothing else changes
     elif isinstance(msg, NewEpisode):
         state.replay.start_episode(source)
         last = state.opponent.get(source)

@@ -43,9 +43,14 @@ class Transition:
 
 @dataclass(frozen=True)
 class NewEpisode:
-    """An episode starts.  ``opponent`` is a stable identity key (a name, else an id)."""
+    """An episode starts.  ``opponent`` is a stable identity key (a name, else an id).
+
+    ``gap``: not a new episode but the same one going on after transitions of it were lost (a
+    full queue dropped them): the replay starts a new chain here, so that no sampled sequence
+    steps over the missing ticks, and no episode is counted."""
 
     opponent: str = ""
+    gap: bool = False
 
 
 @dataclass(frozen=True)
@@ -259,7 +264,7 @@ def _body(msg: Message) -> list:
     if isinstance(msg, Transitions):
         return ["B", msg.obs, msg.action, msg.reward, msg.next_obs, msg.terminated, msg.truncated]
     if isinstance(msg, NewEpisode):
-        return ["N", msg.opponent]
+        return ["N", msg.opponent, True] if msg.gap else ["N", msg.opponent]
     if isinstance(msg, Shutdown):
         return ["S", msg.acting_rng]
     raise MessageError(f"not a message: {type(msg).__name__}")
@@ -278,8 +283,10 @@ def _from_body(body) -> Message:
             return Transition(obs, action, float(reward), next_obs, term, trunc)
         if kind == "B" and len(body) == 7:
             return _block(*body[1:])
-        if kind == "N" and len(body) == 2 and isinstance(body[1], str):
-            return NewEpisode(check_opponent(body[1]))
+        if kind == "N" and len(body) in (2, 3) and isinstance(body[1], str):
+            gap = body[2] if len(body) == 3 else False  # a peer without gaps sends two fields
+            if isinstance(gap, bool):
+                return NewEpisode(check_opponent(body[1]), gap=gap)
         if kind == "S" and len(body) == 2 and isinstance(body[1], str):
             return Shutdown(body[1])
     except (TypeError, IndexError, KeyError, ValueError) as e:
