@@ -340,7 +340,7 @@ def test_after_transitions_dropped_by_a_full_queue_the_next_one_starts_a_new_cha
     from sacbot.learning.sac import SACLSTMLearner
 
     cfg = small_cfg(tmp_path)
-    link = recording_link(3, 1, queue_size=2)
+    link = recording_link(3, 1, queue_size=3)
     link.publish(SACLSTMLearner(3, 1, cfg).export_actor())
     agent = Agent(cfg, OBS_SPACE, ACT_SPACE, learner=link)
 
@@ -351,13 +351,14 @@ def test_after_transitions_dropped_by_a_full_queue_the_next_one_starts_a_new_cha
         return [m if isinstance(m, NewEpisode) else float(m.obs[0]) for m in link.outbox.drain()]
 
     agent.new_episode("x")
-    # 2 and 3 found the queue full; one marker, queued before 3, covers both (no marker per drop).
-    assert play(range(5)) == [NewEpisode("x"), 0.0, 1.0, NewEpisode("x", gap=True)]
-    assert play(range(5, 8)) == [5.0, 6.0]  # 7 dropped: a new gap after 5 and 6
+    # 3 found the queue full; 4's marker found no place either, so 4 is dropped, not sent after 2.
+    assert play(range(5)) == [NewEpisode("x"), 0.0, 1.0, 2.0]
+    assert play(range(5, 8)) == [NewEpisode("x", gap=True), 5.0, 6.0]  # the marker took a place: 7 dropped
     assert play(range(8, 10)) == [NewEpisode("x", gap=True), 8.0, 9.0]
-    assert link.drops()["transition"] == 4 and agent.unsent == 0
+    assert play(range(10, 12)) == [10.0, 11.0]  # nothing lost since: one chain
+    assert agent.status()["drops"]["transition"] == 3 and agent.unsent == 0  # 3, 4 and 7
     agent.new_episode("x")
-    assert play(range(3)) == [NewEpisode("x"), 0.0, 1.0]  # 2 dropped: a gap at the episode's end
+    assert play(range(4)) == [NewEpisode("x"), 0.0, 1.0, 2.0]  # 3 dropped: a gap at the episode's end
     agent.new_episode("x")
     assert play(range(1)) == [NewEpisode("x"), 0.0]  # the new episode's start is the new chain
     agent.close()

@@ -427,7 +427,7 @@ def test_the_ray_learner_opens_a_new_chain_after_dropping_a_bots_transitions():
     from sacbot.wire.channels import Channel
 
     server = object.__new__(LearnerServer)  # its delivery alone: no learner loop, no Ray
-    server.inbox, server._gaps, server._chained = Channel(2), set(), set()
+    server.inbox, server._gaps, server._chained = Channel(3), set(), set()
     server._received = server._dropped_here = 0
 
     def deliver(*msgs, source=0):
@@ -439,15 +439,15 @@ def test_the_ray_learner_opens_a_new_chain_after_dropping_a_bots_transitions():
     def t(i):
         return make_transition([i, 0, 0], [0.5], 1.0, [i + 1, 0, 0], False, False, obs_dim=3, act_dim=1)
 
-    assert deliver(NewEpisode("a"), t(0), t(1), t(2), t(3)) == [(0, NewEpisode("a")), (0, 0.0), (0, 1.0),
-                                                                (0, NewEpisode("", gap=True))]
-    assert deliver(t(5), t(6)) == [(0, 5.0), (0, 6.0)]  # the marker queued before 3 covers its drop too
+    # 3 dropped: a gap; 4's marker found the queue full too, so 4 is dropped, not chained after 2.
+    assert deliver(NewEpisode("a"), t(0), t(1), t(2), t(3), t(4)) == [(0, NewEpisode("a")), (0, 0.0), (0, 1.0),
+                                                                      (0, 2.0)]
+    assert deliver(t(5), t(6)) == [(0, NewEpisode("", gap=True)), (0, 5.0), (0, 6.0)]
     assert deliver(t(7), t(8), source=1) == [(1, 7.0), (1, 8.0)]  # another bot: its own chain
-    assert deliver(t(9), t(10), t(11)) == [(0, 9.0), (0, 10.0)]
-    assert deliver(t(12)) == [(0, NewEpisode("", gap=True)), (0, 12.0)]
-    assert deliver(t(13), t(14), t(15)) == [(0, 13.0), (0, 14.0)]
+    assert deliver(t(9), t(10), t(11), t(12)) == [(0, 9.0), (0, 10.0), (0, 11.0)]
+    assert deliver(t(13)) == [(0, NewEpisode("", gap=True)), (0, 13.0)]
     assert deliver(NewEpisode("b"), t(0)) == [(0, NewEpisode("b")), (0, 0.0)]  # a new episode: no marker
-    assert server._dropped_here == 4 and server._received == 12
+    assert server._dropped_here == 3 and server._received == 12
 
 
 def _replay_state(buf: SequenceReplay) -> dict:

@@ -133,6 +133,20 @@ def test_episode_starts_are_never_dropped_by_a_full_queue():
     assert [type(m).__name__ for m in got] == ["Transition"] * 5 + ["NewEpisode"] * 2
 
 
+@pytest.mark.timeout(30)
+def test_gap_markers_take_the_transitions_places_not_the_episode_starts_reserve():
+    """Many bots sharing one queue each send a gap marker after their drops: in the reserve they
+    would crowd out the episode starts it is kept for."""
+    ch = Channel(capacity=3, reserve=2)
+    assert ch.send(tr(0)) and ch.send(NewEpisode("x", gap=True)) and len(ch) == 2
+    assert ch.send(tr(1)) and not ch.send(tr(2))  # the marker took a place of the capacity
+    assert not any(ch.send(("bot", NewEpisode("", gap=True))) for _ in range(10))  # full: refused, counted
+    assert ch.drops == {"transition": 1, "other": 10}
+    assert ch.send(NewEpisode("a")) and ch.send(NewEpisode("b"))  # the reserve is whole
+    assert [type(m).__name__ for m in ch.drain()] == ["Transition", "NewEpisode", "Transition"] + ["NewEpisode"] * 2
+    assert len(ch) == 0 and ch.send(NewEpisode("y", gap=True)) and len(ch) == 1
+
+
 def test_save_slot_drops_offers_but_never_the_final_save():
     slot = SaveSlot()
     assert slot.offer("a") and not slot.offer("b")

@@ -130,6 +130,7 @@ class Agent:
         # drop now is a gap; a marker already queued covers every drop until the next one gets in.
         self._gap = self._chained = False
         self.unsent = 0  # transitions not sent because their episode's start could not be
+        self.gap_drops = 0  # transitions not sent because the queue had no place for their gap's marker
         try:
             make_dir(cfg.run_dir, "--run-dir")
         except UnusableDir as e:
@@ -269,7 +270,7 @@ class Agent:
                 self._gap = self.learner.send([NewEpisode(self.opponent, gap=True)]) != 1
                 self._chained = self._chained and self._gap
             if self._gap:
-                self.unsent += 1  # not even the gap's marker got a place: not sent, not chained
+                self.gap_drops += 1  # the queue had no place for the marker either: dropped like a transition
             elif self.learner.send([tr]):
                 self.sent += 1
                 self._chained = True
@@ -394,6 +395,7 @@ class Agent:
             ls.pop("processed", None)
             ls.pop("policy_version_published", None)
             drops = {**self.learner.drops(), "save": ls.pop("save_drops", 0), "episode_not_started": self.unsent}
+            drops["transition"] = drops.get("transition", 0) + self.gap_drops  # a full queue dropped those too
             st.update(ls, drops=drops)
         if self.final_save is not None:
             st["final_save"] = self.final_save

@@ -175,6 +175,9 @@ class LearnerServer:
             order = self._order.get(source)
             if order is None or order.client != client:  # a new (or restarted) bot on this source
                 order = self._order[source] = InOrder(MAX_IN_FLIGHT, client)
+                # A learner restarted from its checkpoint holds the bot's chain as saved, and what came
+                # after it is lost: a bot met mid-episode goes on in a new chain (its own start clears this).
+                self._gaps.add(source)
             lost = order.lost
             ready = order.put(number, floor, msgs)
             if order.lost > lost:

@@ -12,6 +12,9 @@ Dropping the *newest* message on overflow keeps what is queued in order and cost
 the acting thread nothing but a counter increment.  Only transitions are dropped: control
 messages (NewEpisode, Shutdown) have ``reserve`` places of their own beyond ``capacity``, since
 a lost NewEpisode would chain two episodes in the replay or skip an opponent change's clear.
+A gap marker (``NewEpisode(gap=True)``, sent after dropped transitions) is the exception: it takes
+a place of ``capacity`` like a transition, so that markers from many bots sharing one queue
+never use up the episode starts' reserve; it is counted as "other" when dropped.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import queue
 import threading
 
-from sacbot.wire.messages import Transition, Transitions
+from sacbot.wire.messages import NewEpisode, Transition, Transitions
 
 
 def transitions_in(msg) -> int:
@@ -30,6 +33,12 @@ def transitions_in(msg) -> int:
     return len(m) if isinstance(m, Transitions) else 0
 
 
+def places_in(msg) -> int:
+    """How many places of a channel's ``capacity`` ``msg`` takes: its transitions, or one for a gap marker."""
+    m = msg[1] if isinstance(msg, tuple) else msg
+    return int(m.gap) if isinstance(m, NewEpisode) else transitions_in(m)
+
+
 class Channel:
     def __init__(self, capacity: int, reserve: int = 64):
         # One episode start per episode: 64 places outlast any learner pause that the
@@ -37,7 +46,7 @@ class Channel:
         self._q: queue.Queue = queue.Queue(maxsize=capacity + reserve)
         self._lock = threading.Lock()
         self._drops = {"transition": 0, "other": 0}
-        self._held = 0  # transitions queued: the capacity counts these, not queue items
+        self._held = 0  # places of capacity taken (transitions, gap markers), not queue items
         self.capacity = capacity
 
     def send(self, msg, control_wait: float = 0.0) -> bool:
@@ -48,7 +57,7 @@ class Channel:
         reserved place; if the learner has let even those fill up, it is dropped and counted (the
         acting thread never waits), unless the caller allows ``control_wait`` s (a close's
         Shutdown does)."""
-        n = transitions_in(msg)
+        n = places_in(msg)
         try:
             if n:
                 with self._lock:
@@ -70,7 +79,7 @@ class Channel:
             return True
         except queue.Full:
             with self._lock:
-                self._drops["transition" if n else "other"] += max(n, 1)
+                self._drops["transition" if transitions_in(msg) else "other"] += max(transitions_in(msg), 1)
             return False
 
     def recv(self, timeout: float):
@@ -92,13 +101,13 @@ class Channel:
         return out
 
     def _release(self, msgs: list) -> None:
-        n = sum(transitions_in(m) for m in msgs)
+        n = sum(places_in(m) for m in msgs)
         if n:
             with self._lock:
                 self._held -= n
 
     def __len__(self) -> int:
-        """Transitions queued (a block counts as its length)."""
+        """Places of ``capacity`` taken: transitions queued (a block counts as its length) and gap markers."""
         return self._held
 
     @property
