@@ -450,6 +450,42 @@ def test_the_ray_learner_opens_a_new_chain_after_dropping_a_bots_transitions():
     assert server._dropped_here == 3 and server._received == 12
 
 
+def test_the_ray_learner_opens_a_new_chain_for_a_bot_met_mid_episode_and_after_a_lost_batch():
+    """A restarted Ray learner holds each bot's chain as its checkpoint saved it, and a batch whose
+    call failed is skipped: either way the bot's next transition must not chain across the loss."""
+    import threading
+    import types
+
+    from sacbot.app.ray_client import MAX_IN_FLIGHT
+    from sacbot.app.ray_cluster import LearnerServer
+    from sacbot.wire.channels import Channel
+    from sacbot.wire.messages import Transitions, encode_batch
+
+    server = object.__new__(LearnerServer)  # its intake alone: no learner loop, no Ray
+    server.inbox, server._gaps, server._chained, server._order, server._bots = Channel(100), set(), set(), {}, {}
+    server._received = server._dropped_here = server._refused = 0
+    server._lock, server._snap, server.spec = threading.Lock(), (0, b""), types.SimpleNamespace(obs_dim=3, act_dim=1)
+
+    def t(i):
+        return make_transition([i, 0, 0], [0.5], 1.0, [i + 1, 0, 0], False, False, obs_dim=3, act_dim=1)
+
+    def call(seq, *steps, client="c"):
+        server.send(0, encode_batch([t(i) for i in steps]), {}, (seq, seq, client))
+        out = []
+        for _, m in server.inbox.drain():
+            out += [float(x) for x in m.obs[:, 0]] if isinstance(m, Transitions) else [m]
+        return out
+
+    assert call(1, 0, 1) == [NewEpisode("", gap=True), 0.0, 1.0]  # met mid-episode: after what it lost
+    assert call(2, 2) == [2.0]
+    # Batch 3's call failed: it is given up once more than MAX_IN_FLIGHT wait behind it.
+    waiting = [call(4 + k, 4 + k) for k in range(MAX_IN_FLIGHT)]
+    assert waiting == [[]] * MAX_IN_FLIGHT
+    assert call(4 + MAX_IN_FLIGHT, 4 + MAX_IN_FLIGHT) == [NewEpisode("", gap=True)] + [
+        float(4 + k) for k in range(MAX_IN_FLIGHT + 1)]
+    assert server._received == 4 + MAX_IN_FLIGHT
+
+
 def _replay_state(buf: SequenceReplay) -> dict:
     arrays = {k: getattr(buf, k).copy() for k in ("obs", "next_obs", "act", "rew", "terminated", "truncated",
                                                    "episode", "source", "prev", "next")}
