@@ -356,7 +356,8 @@ def test_after_transitions_dropped_by_a_full_queue_the_next_one_starts_a_new_cha
     assert play(range(5, 8)) == [NewEpisode("x", gap=True), 5.0, 6.0]  # the marker took a place: 7 dropped
     assert play(range(8, 10)) == [NewEpisode("x", gap=True), 8.0, 9.0]
     assert play(range(10, 12)) == [10.0, 11.0]  # nothing lost since: one chain
-    assert agent.status()["drops"]["transition"] == 3 and agent.unsent == 0  # 3, 4 and 7
+    drops = agent.status()["drops"]
+    assert drops["transition"] == 3 and drops["other"] == 0 and agent.unsent == 0  # 3, 4 and 7; 4's marker: none
     agent.new_episode("x")
     assert play(range(4)) == [NewEpisode("x"), 0.0, 1.0, 2.0]  # 3 dropped: a gap at the episode's end
     agent.new_episode("x")

@@ -32,7 +32,7 @@ from sacbot.config import Config
 from sacbot.serve.protocol import BoxSpec, ProtocolError
 from sacbot.store.atomic import atomic_write_bytes
 from sacbot.wire.boundary import LearnerLink, Start
-from sacbot.wire.channels import transitions_in
+from sacbot.wire.channels import is_gap_marker, transitions_in
 from sacbot.wire.messages import Message
 from sacbot.wire.snapshot import SnapshotReader
 from sacbot.wire.status import LearnerStatus
@@ -65,7 +65,7 @@ class SourceLink(LearnerLink):
         for m in msgs:
             if self.shared.outbox.send((self.source, m)):
                 ok += 1
-            else:
+            elif not is_gap_marker(m):  # a refused marker holds no data: the Agent counts its transition
                 self._drops["transition" if transitions_in(m) else "other"] += max(transitions_in(m), 1)
         return ok
 

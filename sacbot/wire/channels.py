@@ -14,7 +14,8 @@ messages (NewEpisode, Shutdown) have ``reserve`` places of their own beyond ``ca
 a lost NewEpisode would chain two episodes in the replay or skip an opponent change's clear.
 A gap marker (``NewEpisode(gap=True)``, sent after dropped transitions) is the exception: it takes
 a place of ``capacity`` like a transition, so that markers from many bots sharing one queue
-never use up the episode starts' reserve; it is counted as "other" when dropped.
+never use up the episode starts' reserve.  A refused marker is not counted: it carries no data,
+and the sender counts the transition behind it as dropped.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ def transitions_in(msg) -> int:
     if isinstance(m, Transition):
         return 1
     return len(m) if isinstance(m, Transitions) else 0
+
+
+def is_gap_marker(msg) -> bool:
+    """``msg`` (or ``(source, msg)``) is a gap marker: ``NewEpisode(gap=True)``."""
+    m = msg[1] if isinstance(msg, tuple) else msg
+    return isinstance(m, NewEpisode) and m.gap
 
 
 def places_in(msg) -> int:
@@ -78,8 +85,9 @@ class Channel:
                 self._q.put_nowait(msg)
             return True
         except queue.Full:
-            with self._lock:
-                self._drops["transition" if transitions_in(msg) else "other"] += max(transitions_in(msg), 1)
+            if not is_gap_marker(msg):
+                with self._lock:
+                    self._drops["transition" if transitions_in(msg) else "other"] += max(transitions_in(msg), 1)
             return False
 
     def recv(self, timeout: float):
