@@ -427,7 +427,7 @@ def test_the_ray_learner_opens_a_new_chain_after_dropping_a_bots_transitions():
     from sacbot.wire.channels import Channel
 
     server = object.__new__(LearnerServer)  # its delivery alone: no learner loop, no Ray
-    server.inbox, server._gaps, server._chained = Channel(3), set(), set()
+    server.inbox, server._chains = Channel(3), {}
     server._received = server._dropped_here = 0
 
     def deliver(*msgs, source=0):
@@ -462,7 +462,7 @@ def test_the_ray_learner_opens_a_new_chain_for_a_bot_met_mid_episode_and_after_a
     from sacbot.wire.messages import Transitions, encode_batch
 
     server = object.__new__(LearnerServer)  # its intake alone: no learner loop, no Ray
-    server.inbox, server._gaps, server._chained, server._order, server._bots = Channel(100), set(), set(), {}, {}
+    server.inbox, server._chains, server._order, server._bots = Channel(100), {}, {}, {}
     server._received = server._dropped_here = server._refused = 0
     server._lock, server._snap, server.spec = threading.Lock(), (0, b""), types.SimpleNamespace(obs_dim=3, act_dim=1)
 

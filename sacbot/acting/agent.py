@@ -45,6 +45,7 @@ from sacbot.store.files import UnusableDir, append_jsonl, make_dir
 from sacbot.store.liveness import Heartbeat, RoundCounter
 from sacbot.store.rundir import RunDirClaim, RunDirInUse
 from sacbot.wire.boundary import Start, StartError, StartInterrupted
+from sacbot.wire.channels import Chain
 from sacbot.wire.messages import (
     MAX_ABS_OBS,
     MessageError,
@@ -125,10 +126,7 @@ class Agent:
         self.final_save: dict | None = None  # set by close(): {"ok": bool, "path" or "error"}
         self.learner = None
         self._episode_sent = True  # the learner knows where this episode starts
-        # A transition of this episode was dropped after others got in: the next one must start a new
-        # chain (a gap marker first).  _chained: a transition got in since the last chain's start, so a
-        # drop now is a gap; a marker already queued covers every drop until the next one gets in.
-        self._gap = self._chained = False
+        self._chain = Chain(NewEpisode("", gap=True))  # gap markers after the queue's drops (sacbot.wire.channels)
         self.unsent = 0  # transitions not sent because their episode's start could not be
         self.gap_drops = 0  # transitions not sent because the queue had no place for their gap's marker
         try:
@@ -264,21 +262,14 @@ class Agent:
         if self.learner is not None and not self._closed and self._episode_sent:
             if self.learning_starts_left > 0:
                 self.learning_starts_left -= 1
-            if self._gap:
-                # The replay must not chain this transition to the one before the dropped ones: a
-                # sampled sequence would step over missing ticks, and n-step returns with it.
-                self._gap = self.learner.send([NewEpisode(self.opponent, gap=True)]) != 1
-                self._chained = self._chained and self._gap
-            if self._gap:
+            got = self._chain.send(self._put, tr)
+            if got is None:
                 self.gap_drops += 1  # the queue had no place for the marker either: dropped like a transition
-            elif self.learner.send([tr]):
+            elif got:
                 self.sent += 1
-                self._chained = True
                 if self.cfg.pace == "lockstep" and not (self.stop is not None and self.stop.is_set()):
                     # Not past a stop request: a close must not wait for a slow learner's pass.
                     self.learner.wait_processed(self.sent, timeout=600.0, stop=self.stop)
-            else:
-                self._gap = self._chained
         elif self.learner is not None and not self._closed:
             self.unsent += 1  # its episode's start did not get through
         if tr.terminated or tr.truncated:
@@ -317,7 +308,7 @@ class Agent:
             # sent at all: its transitions would otherwise be chained to the previous episode, or
             # skip an opponent change's clear.  Its drops are counted like the others.
             self._episode_sent = self.learner.send([NewEpisode(self.opponent)]) == 1
-            self._gap = self._chained = False
+            self._chain = Chain(NewEpisode(self.opponent, gap=True))
 
     def _end_episode(self, won: bool | None) -> None:
         self.episodes += 1
@@ -363,6 +354,10 @@ class Agent:
             raise AgentError(f"{what}() from thread {threading.current_thread().name!r}, but this episode "
                              "was started by another thread: an Agent serves one game loop; give each "
                              "loop its own Agent (or call new_episode() from the new thread first)")
+
+    def _put(self, msg) -> bool:
+        """Offer one message to the learner's queue; never blocks."""
+        return self.learner.send([msg]) == 1
 
     def _with_reward(self, x: np.ndarray, reward: float) -> np.ndarray:
         """The networks' input: the observation, then (``reward_input``) the previous reward."""

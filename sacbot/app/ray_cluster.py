@@ -36,7 +36,7 @@ import time
 from sacbot.app.ray_client import MAX_IN_FLIGHT, NAMESPACE, RayLearnerClient, require_ray
 from sacbot.config import Config
 from sacbot.wire.boundary import LearnerSpec
-from sacbot.wire.channels import transitions_in
+from sacbot.wire.channels import Chain, transitions_in
 from sacbot.wire.messages import (
     MAX_ABS_OBS,
     MAX_ABS_REWARD,
@@ -120,8 +120,7 @@ class LearnerServer:
         self._refused = 0  # batches refused
         self._received = 0
         self._dropped_here = 0
-        self._gaps: set[int] = set()  # sources whose next transition must start a new chain
-        self._chained: set[int] = set()  # sources with a transition queued since their chain's start
+        self._chains: dict[int, Chain] = {}  # each bot's replay chain across this inbox's drops
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self._stop = threading.Event()
@@ -177,39 +176,37 @@ class LearnerServer:
                 order = self._order[source] = InOrder(MAX_IN_FLIGHT, client)
                 # A learner restarted from its checkpoint holds the bot's chain as saved, and what came
                 # after it is lost: a bot met mid-episode goes on in a new chain (its own start clears this).
-                self._gaps.add(source)
+                self._chain(source).lost()
             lost = order.lost
             ready = order.put(number, floor, msgs)
             if order.lost > lost:
-                self._gaps.add(source)  # a lost batch is a gap in its episode too
+                self._chain(source).lost()  # a lost batch is a gap in its episode too
             for batch in ready:  # under the lock: two calls never interleave their batches
                 for m in batch:
                     self._deliver(source, m)
         return self._snap[0]
 
+    def _chain(self, source: int) -> Chain:
+        chain = self._chains.get(source)
+        if chain is None:
+            chain = self._chains[source] = Chain(NewEpisode("", gap=True))
+        return chain
+
     def _deliver(self, source: int, m) -> None:
-        """Queue one of a bot's messages for the learner (under the lock).  After a transition of the
-        bot's was dropped here, its next one first opens a new chain in the replay (a gap marker), or
-        is dropped too: chained to the one before the gap, a sampled sequence would step over it.
-        One marker covers every drop until a transition gets in after it (as the Agent does)."""
-        n = transitions_in(m)
+        """Queue one of a bot's messages for the learner (under the lock).  After transitions of the
+        bot's were dropped here, its next one goes after a gap marker (sacbot.wire.channels.Chain),
+        or is dropped too: chained to the one before the gap, a sampled sequence would step over it."""
         if isinstance(m, NewEpisode):
-            self._gaps.discard(source)
-            self._chained.discard(source)
-        elif n and source in self._gaps:
-            if not self.inbox.send((source, NewEpisode("", gap=True))):
-                self._dropped_here += n
-                return
-            self._gaps.discard(source)
-            self._chained.discard(source)
-        if self.inbox.send((source, m)):
+            if self.inbox.send((source, m)):
+                self._chains[source] = Chain(NewEpisode("", gap=True))
+            else:
+                self._chain(source).lost()  # a lost episode start must not chain two episodes either
+            return
+        n = transitions_in(m)
+        if self._chain(source).send(lambda x: self.inbox.send((source, x)), m):
             self._received += n
-            if n:
-                self._chained.add(source)
         else:
             self._dropped_here += n
-            if isinstance(m, NewEpisode) or source in self._chained:
-                self._gaps.add(source)  # a lost episode start must not chain two episodes either
 
     def _refuse(self, source, msgs) -> str | None:
         """Why a bot's batch cannot go in, or None: a source id out of range, a Shutdown (only the

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable
 
 from sacbot.wire.messages import NewEpisode, Transition, Transitions
 
@@ -42,8 +43,41 @@ def is_gap_marker(msg) -> bool:
 
 def places_in(msg) -> int:
     """How many places of a channel's ``capacity`` ``msg`` takes: its transitions, or one for a gap marker."""
-    m = msg[1] if isinstance(msg, tuple) else msg
-    return int(m.gap) if isinstance(m, NewEpisode) else transitions_in(m)
+    return 1 if is_gap_marker(msg) else transitions_in(msg)
+
+
+class Chain:
+    """One bot's episode as it goes into a queue that drops: after a transition was lost, the next
+    one goes after a gap marker, so that the replay starts a new chain there and no sampled
+    sequence steps over the missing ticks.  One marker covers every loss until a transition gets
+    in after it, so a full queue is not flooded with markers.  A new Chain per episode start.
+
+        chain = Chain(NewEpisode(opponent, gap=True))   # after the episode's start went in
+        got = chain.send(put, transition)   # put(msg) -> bool queues one message, never blocks
+        # True: queued; False: the queue dropped it; None: not offered (no place for its marker)
+    """
+
+    __slots__ = ("marker", "gap", "chained")
+
+    def __init__(self, marker: NewEpisode):
+        self.marker = marker
+        self.gap = False  # the next transition needs a marker first
+        self.chained = False  # a transition got in since the chain's start: a loss now is a gap
+
+    def lost(self) -> None:
+        """What came before the next transition is lost (not by this Chain's own sends)."""
+        self.gap = True
+
+    def send(self, put: Callable[[object], bool], msg) -> bool | None:
+        if self.gap:
+            if not put(self.marker):
+                return None
+            self.gap = self.chained = False
+        if put(msg):
+            self.chained = True
+            return True
+        self.gap = self.chained
+        return False
 
 
 class Channel:
@@ -85,9 +119,10 @@ class Channel:
                 self._q.put_nowait(msg)
             return True
         except queue.Full:
-            if not is_gap_marker(msg):
+            if not is_gap_marker(msg):  # a marker holds no data: its sender counts the transition behind it
+                t = transitions_in(msg)
                 with self._lock:
-                    self._drops["transition" if transitions_in(msg) else "other"] += max(transitions_in(msg), 1)
+                    self._drops["transition" if t else "other"] += max(t, 1)
             return False
 
     def recv(self, timeout: float):
