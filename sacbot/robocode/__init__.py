@@ -13,4 +13,4 @@ OBS_SIZE = 24
 ACT_SIZE = 5
 OPPONENTS = ("sample.SittingDuck", "sample.SpinBot", "sample.Walls", "sample.Tracker")
 # The robot's rewards (its sacbot.reward property; docs/robocode.md): the first is the default.
-REWARDS = ("damage", "energy")
+REWARDS = ("damage", "energy", "dealt")

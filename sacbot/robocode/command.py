@@ -97,7 +97,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reward", choices=REWARDS, default=REWARDS[0],
                    help="the robot's reward: damage dealt minus taken and the round's outcome (default), or "
                         "'energy': also each bullet's power charged when fired and its hit bonus (3 x power) "
-                        "when it hits, as Robocode moves energy (docs/robocode.md)")
+                        "when it hits, as Robocode moves energy; or 'dealt': the damage dealt and the outcome, "
+                        "the damage taken not counted (docs/robocode.md)")
     p.add_argument("--battle-timeout", type=float, default=3600.0,
                    help="seconds a battle may take before Robocode is killed (default 3600)")
     p.add_argument("--port", type=int, default=0, help="the server's TCP port (default 0: a free one)")

@@ -27,7 +27,8 @@ import robocode.util.Utils;
  * name for {@code new_episode}), {@code sacbot.replyMs} (how long a reply may take, 5), {@code sacbot.helloMs}
  * (how long the hello may take at a round's start, 2000), {@code sacbot.endMs} (how long an episode's last reply
  * and {@code new_episode}'s may take, 1000), {@code sacbot.stats} (a file that gets one JSON line a round; none
- * when unset), {@code sacbot.reward} ("damage", or "energy": bullets' cost and hit bonus counted too).
+ * when unset), {@code sacbot.reward} ("damage"; "energy": bullets' cost and hit bonus counted too; "dealt": the
+ * damage taken not counted).
  *
  * <p>Robocode waits for a robot's turn only {@code robocode.cpu.constant} ns and skips the turn after it, so a
  * reply later than {@code sacbot.replyMs} drops the connection (the server ends that episode there, nothing made
@@ -41,7 +42,10 @@ public class SacbotRobot extends AdvancedRobot {
     static final double REWARD_SCALE = 50.0;
     // sacbot.reward=energy also counts the energy bullets cost and win back: a shot's power is charged when it is
     // fired, and a hit returns three times its power, as Robocode does.
-    static final boolean ENERGY_REWARD = "energy".equals(System.getProperty("sacbot.reward", "damage"));
+    static final String REWARD = System.getProperty("sacbot.reward", "damage");
+    static final boolean ENERGY_REWARD = "energy".equals(REWARD);
+    // sacbot.reward=dealt leaves out the damage taken (bullets and walls): what the robot deals, and the outcome.
+    static final boolean TAKEN_COUNTED = !"dealt".equals(REWARD);
     // The fine gun and radar angles: tanh(angle / 10 degrees).
     static final double FINE_ANGLE = Math.toRadians(10.0);
     // The lead looks at most this many turns ahead (a bullet of power 3 crosses 1,000 pixels in 91 turns).
@@ -381,12 +385,16 @@ public class SacbotRobot extends AdvancedRobot {
 
     @Override
     public void onHitByBullet(HitByBulletEvent e) {
-        pendingReward -= Rules.getBulletDamage(e.getPower()) / REWARD_SCALE;
+        if (TAKEN_COUNTED) {
+            pendingReward -= Rules.getBulletDamage(e.getPower()) / REWARD_SCALE;
+        }
     }
 
     @Override
     public void onHitWall(HitWallEvent e) {
-        pendingReward -= Rules.getWallHitDamage(lastVelocity) / REWARD_SCALE;
+        if (TAKEN_COUNTED) {
+            pendingReward -= Rules.getWallHitDamage(lastVelocity) / REWARD_SCALE;
+        }
     }
 
     @Override
@@ -429,7 +437,7 @@ public class SacbotRobot extends AdvancedRobot {
                             + "\"stopped\": %b, \"shots\": %d, \"hits\": %d, \"blind_shots\": %d, "
                             + "\"aim_deg_sum\": %.3f, \"fire_energy\": %.3f, \"reward\": \"%s\", \"error\": \"%s\"}%n",
                     round, turns, steps, skipped, timeouts, maxReplyMs, client != null, outcome, sendsEnd, stopped,
-                    shots, hits, blindShots, aimDegSum, fireEnergy, ENERGY_REWARD ? "energy" : "damage",
+                    shots, hits, blindShots, aimDegSum, fireEnergy, REWARD,
                     lastError.replace("\\", "\\\\").replace("\"", "'")));
         } catch (IOException ignored) {
             // the stats are a measurement aid: a robot that cannot write them plays on
