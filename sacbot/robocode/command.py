@@ -24,7 +24,7 @@ import time
 from importlib import resources
 
 from sacbot.console import Signals, die_with_parent
-from sacbot.robocode import ACT_SIZE, OBS_SIZE, OPPONENTS, REWARDS, ROBOT, ROBOT_ENTRY
+from sacbot.robocode import ACT_SIZE, GUNS, OBS_SIZE, OPPONENTS, REWARDS, ROBOT, ROBOT_ENTRY
 from sacbot.robocode.install import (
     RobocodeMissing,
     find_install,
@@ -34,6 +34,7 @@ from sacbot.robocode.install import (
     write_battle,
 )
 from sacbot.robocode.results import ResultsError, describe_shooting, parse_results, read_stats, robot_row, shooting
+from sacbot.store.atomic import atomic_write_text
 from sacbot.store.pretrained import shipped_dir
 
 log = logging.getLogger("sacbot")
@@ -99,6 +100,11 @@ def parser() -> argparse.ArgumentParser:
                         "'energy': also each bullet's power charged when fired and its hit bonus (3 x power) "
                         "when it hits, as Robocode moves energy; or 'dealt': the damage dealt and the outcome, "
                         "the damage taken not counted (docs/robocode.md)")
+    p.add_argument("--gun", choices=GUNS, default=None,
+                   help="how action 2 turns the gun: by up to 20 degrees from where it points ('turn'), or from "
+                        "where the lead points ('lead': 0 follows the lead, the aim is given and the bot learns "
+                        "the rest). Fixed for a bot by its first training battle (ROOT/<bot>/run/robot.json); "
+                        "default: the bot's, or 'turn' for a new bot and the shipped one")
     p.add_argument("--battle-timeout", type=float, default=3600.0,
                    help="seconds a battle may take before Robocode is killed (default 3600)")
     p.add_argument("--port", type=int, default=0, help="the server's TCP port (default 0: a free one)")
@@ -263,7 +269,7 @@ def run_battle(a, inst, workdir: str, out_dir: str, opponent: str, port: int, st
     hello_ms = int(min(5000, 250 * a.turn_budget_ms))
     props = {"sacbot.port": str(port), "sacbot.bot": a.bot, "sacbot.opponent": opponent,
              "sacbot.replyMs": str(a.reply_ms), "sacbot.helloMs": str(hello_ms), "sacbot.stats": stats,
-             "sacbot.reward": a.reward}
+             "sacbot.reward": a.reward, "sacbot.gun": a.gun}
     # -tps 10000, Robocode's most: without a display Robocode does not hold turns back to a TPS anyway.
     cmd = java_command(inst, os.path.abspath(workdir), battle, results, 10000, props)
     t0 = time.monotonic()
@@ -284,7 +290,7 @@ def run_battle(a, inst, workdir: str, out_dir: str, opponent: str, port: int, st
         disabled = f.read().count(f"{ROBOT_ENTRY} has skipped too many turns")
     total = (me.score + them.score) or 1
     return {"time": time.time(), "opponent": opponent, "mode": "eval" if a.eval else "train", "reward": a.reward,
-            "rounds": rounds,
+            "gun": a.gun, "rounds": rounds,
             "wins": me.firsts, "win_rate": me.firsts / rounds, "score": me.score, "opponent_score": them.score,
             "score_share": me.score / total, "battle_s": round(seconds, 3),
             "turns": sum(int(r.get("turns", 0)) for r in played),
@@ -313,6 +319,47 @@ def _last_reward(root: str, bot: str) -> str | None:
     return last
 
 
+def _robot_file(root: str, bot: str) -> str:
+    return os.path.join(root, bot, "run", "robot.json")
+
+
+def _resolve_gun(a) -> bool:
+    """Sets ``a.gun`` to the gun mapping the bot was trained with, which no flag may change: a bot that learnt
+    to turn the gun from the lead aims wrong with turns from where the gun points, and the other way round.
+    True for a new bot, whose mapping is then to be recorded."""
+    path, recorded, whose = _robot_file(a.root, a.bot), None, _robot_file(a.root, a.bot)
+    if os.path.isfile(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                recorded = json.load(f).get("gun")
+        except (OSError, ValueError, AttributeError) as e:
+            raise UsageError(f"{path} is not readable as the robot's settings ({e}); expected a JSON object such as "
+                             '{"gun": "turn"}') from None
+        if recorded not in GUNS:
+            raise UsageError(f"{path}: gun = {recorded!r} is not accepted: expected one of {', '.join(GUNS)}")
+    else:
+        weights = os.path.join(a.root, a.bot, "weights")
+        saved = os.path.isdir(weights) and any(n.endswith(".zip") for n in os.listdir(weights))
+        if saved or a.eval:
+            # A checkpoint with no robot.json (a bot from before the setting, or one copied in), and the shipped
+            # bot that eval plays when there is none, turn the gun from where it points.
+            recorded = GUNS[0]
+            whose = "its checkpoint has no robot.json: a bot from before --gun" if saved else "the shipped bot"
+    if recorded is not None and a.gun not in (None, recorded):
+        raise UsageError(f"--gun {a.gun} is not accepted for bot {a.bot}: it was trained with --gun {recorded} "
+                         f"({whose}), and a bot keeps its gun mapping; train a new bot with --bot NAME")
+    a.gun = recorded or a.gun or GUNS[0]
+    return recorded is None and not a.eval
+
+
+def _record_gun(a) -> None:
+    """A new bot's gun mapping, written before its first battle (a checkpoint may come before the first line of
+    robocode.jsonl)."""
+    path = _robot_file(a.root, a.bot)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    atomic_write_text(path, json.dumps({"gun": a.gun}) + "\n")
+
+
 def main(argv: list[str]) -> int:
     if "--" in argv:
         i = argv.index("--")
@@ -324,6 +371,7 @@ def main(argv: list[str]) -> int:
     tmp = None
     try:
         check(a)
+        new_bot = _resolve_gun(a)
         inst = find_install(a.robocode, a.java)
         opponents = _opponents(a.opponents, sample_robots(inst))
         if a.eval:
@@ -334,6 +382,8 @@ def main(argv: list[str]) -> int:
             out_dir = os.path.join(workdir, "battles")
             os.makedirs(out_dir, exist_ok=True)
         prepare_workdir(inst, workdir, a.turn_budget_ms)
+        if new_bot:
+            _record_gun(a)
         before = None if a.eval else _last_reward(a.root, a.bot)
         if before not in (None, a.reward):
             log.warning("robocode: bot %s trained with --reward %s until now and goes on with --reward %s: its "

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 
-from sacbot.robocode import REWARDS
+from sacbot.robocode import GUNS, REWARDS
 
 SACBOT = [sys.executable, "-m", "sacbot"]
 
@@ -103,6 +103,8 @@ def main() -> None:
     ap.add_argument("--hold-ms", default="0", help="sacbot robocode --hold-ms for the training battles (default 0)")
     ap.add_argument("--reward", choices=REWARDS, default=REWARDS[0],
                     help=f"sacbot robocode --reward for the training battles (default {REWARDS[0]})")
+    ap.add_argument("--gun", choices=GUNS, default=None,
+                    help="sacbot robocode --gun for the training battles (default: the bot's, or turn for a new one)")
     ap.add_argument("--curve-every", type=int, default=0, metavar="N",
                     help="after every N training battles, play --curve-rounds eval rounds against each of "
                          "--curve-opponents and append them to ROOT/curve.jsonl, with the final eval (default 0: "
@@ -126,7 +128,7 @@ def main() -> None:
     while trained() < a.minutes * 60:
         opponent = cycle[battles % len(cycle)]
         battle(["--root", a.root, "--opponents", opponent, "--rounds", str(a.rounds), "--hold-ms", a.hold_ms,
-                "--reward", a.reward] + extra,
+                "--reward", a.reward] + (["--gun", a.gun] if a.gun else []) + extra,
                timeout=3 * 3600)
         battles += 1
         print(f"[{trained() / 60:.1f} min trained] {battles} battles", file=sys.stderr, flush=True)

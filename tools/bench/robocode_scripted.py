@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from sacbot.robocode import OPPONENTS
+from sacbot.robocode import GUNS, OPPONENTS
 from sacbot.robocode.install import (
     REPO,
     ROBOT_SOURCES,
@@ -64,9 +64,10 @@ def play(inst, workdir: str, opponent: str, rounds: int, props: dict[str, str], 
     with open(stem + ".results.txt", encoding="utf-8") as f:
         played, rows = parse_results(f.read())
     me = robot_row(rows, NAME)
+    lines = read_stats(stem + ".rounds.jsonl")
     return {"opponent": opponent, "rounds": played, "wins": me.firsts, "win_rate": me.firsts / played,
             "score_share": None if me.score_pct is None else me.score_pct / 100, "battle_s": time.monotonic() - t0,
-            **shooting(read_stats(stem + ".rounds.jsonl"))}
+            "guns": sorted({str(r.get("gun")) for r in lines}), **shooting(lines)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="fire only when the gun is this many degrees or fewer from the lead (default 2)")
     p.add_argument("--stand-still", action="store_true", help="radar, gun and fire only: the body never moves")
     p.add_argument("--seed", type=int, default=1, help="the movement's random reversals")
+    p.add_argument("--gun", choices=GUNS, default=GUNS[0],
+                   help="the robot's gun mapping (sacbot robocode --gun); with 'lead' the policy's gun action is 0 "
+                        "(default turn)")
     a = p.parse_args(argv)
     if a.rounds < 1:
         p.error(f"--rounds {a.rounds}: expected 1 or more")
@@ -96,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         what = "not a sample robot: " + ", ".join(unknown) if unknown else "none given"
         p.error(f"--opponents {a.opponents!r}: {what}; expected some of {', '.join(sample_robots(inst))}")
     props = {"scripted.power": repr(a.power), "scripted.tolerance": repr(a.tolerance),
-             "scripted.move": str(not a.stand_still).lower(), "scripted.seed": str(a.seed)}
+             "scripted.move": str(not a.stand_still).lower(), "scripted.seed": str(a.seed),
+             "sacbot.gun": a.gun}
     battles = []
     with tempfile.TemporaryDirectory(prefix="sacbot-robocode-scripted-") as tmp:
         place(inst, tmp)
@@ -105,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"scripted vs {opponent}: won {b['wins']}/{b['rounds']}, score share {b['score_share']:.0%}, "
                   f"{describe_shooting(b)}", file=sys.stderr)
             battles.append(b)
-    print(json.dumps({"policy": "stand still" if a.stand_still else "move", "power": a.power,
+    print(json.dumps({"policy": "stand still" if a.stand_still else "move", "gun": a.gun, "power": a.power,
                       "tolerance_deg": a.tolerance, "seed": a.seed,
                       "win_rates": {b["opponent"]: b["win_rate"] for b in battles}, "battles": battles}))
     return 0

@@ -28,7 +28,7 @@ import robocode.util.Utils;
  * (how long the hello may take at a round's start, 2000), {@code sacbot.endMs} (how long an episode's last reply
  * and {@code new_episode}'s may take, 1000), {@code sacbot.stats} (a file that gets one JSON line a round; none
  * when unset), {@code sacbot.reward} ("damage"; "energy": bullets' cost and hit bonus counted too; "dealt": the
- * damage taken not counted).
+ * damage taken not counted), {@code sacbot.gun} ("turn"; "lead": action 2 turns the gun from the lead, below).
  *
  * <p>Robocode waits for a robot's turn only {@code robocode.cpu.constant} ns and skips the turn after it, so a
  * reply later than {@code sacbot.replyMs} drops the connection (the server ends that episode there, nothing made
@@ -46,6 +46,10 @@ public class SacbotRobot extends AdvancedRobot {
     static final boolean ENERGY_REWARD = "energy".equals(REWARD);
     // sacbot.reward=dealt leaves out the damage taken (bullets and walls): what the robot deals, and the outcome.
     static final boolean TAKEN_COUNTED = !"dealt".equals(REWARD);
+    // sacbot.gun=lead: action 2 turns the gun from where the lead points (observation 19) rather than from where
+    // it points now, so that 0 follows the lead as fast as the gun turns; before the round's first scan, as "turn".
+    static final String GUN = System.getProperty("sacbot.gun", "turn");
+    static final boolean GUN_LEAD = "lead".equals(GUN);
     // The fine gun and radar angles: tanh(angle / 10 degrees).
     static final double FINE_ANGLE = Math.toRadians(10.0);
     // The lead looks at most this many turns ahead (a bullet of power 3 crosses 1,000 pixels in 91 turns).
@@ -241,7 +245,13 @@ public class SacbotRobot extends AdvancedRobot {
         setMaxVelocity(Math.abs(move) * Rules.MAX_VELOCITY);
         setAhead(move >= 0 ? 1e5 : -1e5);
         setTurnRightRadians(clip(a[1]) * Rules.MAX_TURN_RATE_RADIANS);
-        setTurnGunRightRadians(clip(a[2]) * Rules.GUN_TURN_RATE_RADIANS);
+        double gunTurn = clip(a[2]) * Rules.GUN_TURN_RATE_RADIANS;
+        if (GUN_LEAD && seen) {
+            double toLead = Utils.normalRelativeAngle(aimBearing(getX(), getY(), getBattleFieldWidth(),
+                    getBattleFieldHeight()) - getGunHeadingRadians());
+            gunTurn = Math.max(-Rules.GUN_TURN_RATE_RADIANS, Math.min(Rules.GUN_TURN_RATE_RADIANS, toLead + gunTurn));
+        }
+        setTurnGunRightRadians(gunTurn);
         setTurnRadarRightRadians(clip(a[3]) * Rules.RADAR_TURN_RATE_RADIANS);
         double fire = clip(a[4]);
         if (fire > 0.0) { // below 0: hold fire
@@ -435,9 +445,10 @@ public class SacbotRobot extends AdvancedRobot {
                     "{\"round\": %d, \"turns\": %d, \"steps\": %d, \"skipped\": %d, \"timeouts\": %d, "
                             + "\"max_reply_ms\": %.3f, \"connected\": %b, \"won\": %b, \"sends_end\": %b, "
                             + "\"stopped\": %b, \"shots\": %d, \"hits\": %d, \"blind_shots\": %d, "
-                            + "\"aim_deg_sum\": %.3f, \"fire_energy\": %.3f, \"reward\": \"%s\", \"error\": \"%s\"}%n",
+                            + "\"aim_deg_sum\": %.3f, \"fire_energy\": %.3f, \"reward\": \"%s\", \"gun\": \"%s\", "
+                            + "\"error\": \"%s\"}%n",
                     round, turns, steps, skipped, timeouts, maxReplyMs, client != null, outcome, sendsEnd, stopped,
-                    shots, hits, blindShots, aimDegSum, fireEnergy, REWARD,
+                    shots, hits, blindShots, aimDegSum, fireEnergy, REWARD, GUN,
                     lastError.replace("\\", "\\\\").replace("\"", "'")));
         } catch (IOException ignored) {
             // the stats are a measurement aid: a robot that cannot write them plays on

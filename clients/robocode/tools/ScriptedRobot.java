@@ -9,7 +9,8 @@ import java.util.Random;
  * {@code scripted.move} is false) drives perpendicular to the enemy, reversing every 10-40 turns and away from the
  * walls. Every number it reads is one the learner sees, and every order goes through the robot's own action mapping.
  * Used by {@code tools/bench/robocode_scripted.py}; system properties: {@code scripted.power} (the fire power, 2),
- * {@code scripted.tolerance} (2), {@code scripted.move} (true), {@code scripted.seed} (1).
+ * {@code scripted.tolerance} (2), {@code scripted.move} (true), {@code scripted.seed} (1); with {@code sacbot.gun=lead}
+ * the gun's action is 0, which follows the lead through the robot's own mapping.
  */
 public class ScriptedRobot extends SacbotRobot {
     static final double POWER = Double.parseDouble(System.getProperty("scripted.power", "2.0"));
@@ -28,6 +29,9 @@ public class ScriptedRobot extends SacbotRobot {
         while (true) {
             double[] o = observe();
             double[] a = policy(o, fireValue(POWER), TOLERANCE_DEG);
+            if (GUN_LEAD) {
+                a[2] = 0;
+            }
             if (MOVE) {
                 move(o, a);
             }
