@@ -104,7 +104,7 @@ def test_a_learning_battle_checkpoints_and_its_wins_match_the_bots_episodes(trai
                                                                         not s["sends_end"])
     assert summary["turns"] == sum(s["turns"] for s in stats) > 0
     # A new bot's gun mapping is recorded before its first battle, and the robot used it.
-    assert json.loads((root / "robocode" / "run" / "robot.json").read_text()) == {"gun": "turn"}
+    assert json.loads((root / "robocode" / "weights" / "robot.json").read_text()) == {"gun": "turn"}
     assert summary["gun"] == "turn" and {s["gun"] for s in stats} == {"turn"}
     # The robot's count of its shooting, summed over its rounds.
     assert summary["shots"] == sum(s["shots"] for s in stats) >= summary["hits"] == sum(s["hits"] for s in stats)
@@ -267,8 +267,8 @@ def test_bad_input_exits_2_naming_it_and_starts_nothing(tmp_path):
     assert "--gun lead is not accepted for bot robocode: it was trained with --gun turn (the shipped bot)" in err
     assert not (tmp_path / "r").exists()
     # A bot keeps its gun mapping: the one its robot.json records, or 'turn' for a checkpoint from before the setting.
-    (tmp_path / "r" / "robocode" / "run").mkdir(parents=True)
-    robot = tmp_path / "r" / "robocode" / "run" / "robot.json"
+    (tmp_path / "r" / "robocode" / "weights").mkdir(parents=True)
+    robot = tmp_path / "r" / "robocode" / "weights" / "robot.json"
     robot.write_text('{"gun": "lead"}')
     assert "--gun turn is not accepted for bot robocode: it was trained with --gun lead" in bad("--gun", "turn")
     robot.write_text("{not json")
@@ -276,7 +276,6 @@ def test_bad_input_exits_2_naming_it_and_starts_nothing(tmp_path):
     robot.write_text('{"gun": "sideways"}')
     assert "gun = 'sideways' is not accepted: expected one of turn, lead" in bad()
     robot.unlink()
-    (tmp_path / "r" / "robocode" / "weights").mkdir()
     (tmp_path / "r" / "robocode" / "weights" / "sac_latest.zip").write_bytes(b"a checkpoint")
     assert "trained with --gun turn (its checkpoint has no robot.json" in bad("--gun", "lead")
     assert sorted(os.listdir(tmp_path / "r")) == ["robocode"] and not robot.exists()  # nothing started or written
