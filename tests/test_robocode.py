@@ -140,9 +140,10 @@ def test_eval_with_no_trained_bot_plays_the_shipped_one_from_another_directory(t
     assert "vs sample.SittingDuck: won" in done.stdout, done.stdout
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["mode"] == "eval"
-    # The shipped bot hits a robot that never moves (it won 98 of 100 rounds): hits counted, aim close.
+    # The shipped bot hits a robot that never moves (it won 98 of 100 rounds): hits counted, and its aim far from
+    # a random gun's 90 degrees (13.2 degrees over 50 rounds, 16.7 in a 2-round run; docs/experiments.md).
     (battle,) = out["battles"]
-    assert 0 < battle["hits"] <= battle["shots"] and battle["aim_error_deg"] < 10, battle
+    assert 0 < battle["hits"] <= battle["shots"] and battle["aim_error_deg"] < 30, battle
     assert not root.exists()  # eval writes nothing under ROOT
 
 
