@@ -198,7 +198,7 @@ class LearnerServer:
         or is dropped too: chained to the one before the gap, a sampled sequence would step over it."""
         if isinstance(m, NewEpisode):
             if self.inbox.send((source, m)):
-                self._chains[source] = Chain(NewEpisode("", gap=True))
+                self._chains.pop(source, None)  # a new chain: _chain makes it at the next transition
             else:
                 self._chain(source).lost()  # a lost episode start must not chain two episodes either
             return

@@ -323,11 +323,9 @@ def _robot_file(root: str, bot: str) -> str:
     return os.path.join(root, bot, "weights", "robot.json")  # beside the checkpoints: run/ holds logs
 
 
-def _resolve_gun(a) -> bool:
-    """Sets ``a.gun`` to the gun mapping the bot was trained with, which no flag may change: a bot that learnt
-    to turn the gun from the lead aims wrong with turns from where the gun points, and the other way round.
-    True for a new bot, whose mapping is then to be recorded."""
-    path, recorded, whose = _robot_file(a.root, a.bot), None, _robot_file(a.root, a.bot)
+def _trained_gun(a) -> tuple[str | None, str]:
+    """The gun mapping bot ``a.bot`` was trained with and what says so, or (None, "") for a new bot."""
+    path = _robot_file(a.root, a.bot)
     if os.path.isfile(path):
         try:
             with open(path, encoding="utf-8") as f:
@@ -337,19 +335,25 @@ def _resolve_gun(a) -> bool:
                              '{"gun": "turn"}') from None
         if recorded not in GUNS:
             raise UsageError(f"{path}: gun = {recorded!r} is not accepted: expected one of {', '.join(GUNS)}")
-    else:
-        weights = os.path.join(a.root, a.bot, "weights")
-        saved = os.path.isdir(weights) and any(n.endswith(".zip") for n in os.listdir(weights))
-        if saved or a.eval:
-            # A checkpoint with no robot.json (a bot from before the setting, or one copied in), and the shipped
-            # bot that eval plays when there is none, turn the gun from where it points.
-            recorded = GUNS[0]
-            whose = "its checkpoint has no robot.json: a bot from before --gun" if saved else "the shipped bot"
+        return recorded, path
+    # A checkpoint with no robot.json (a bot from before the setting, or one copied in), and the shipped bot
+    # that eval plays when there is none, turn the gun from where it points.
+    weights = os.path.dirname(path)
+    if os.path.isdir(weights) and any(n.endswith(".zip") for n in os.listdir(weights)):
+        return GUNS[0], "its checkpoint has no robot.json: a bot from before --gun"
+    return (GUNS[0], "the shipped bot") if a.eval else (None, "")
+
+
+def _resolve_gun(a) -> bool:
+    """Sets ``a.gun`` to the gun mapping the bot was trained with, which no flag may change: a bot that learnt
+    to turn the gun from the lead aims wrong with turns from where the gun points, and the other way round.
+    True for a new bot, whose mapping is then to be recorded."""
+    recorded, whose = _trained_gun(a)
     if recorded is not None and a.gun not in (None, recorded):
         raise UsageError(f"--gun {a.gun} is not accepted for bot {a.bot}: it was trained with --gun {recorded} "
                          f"({whose}), and a bot keeps its gun mapping; train a new bot with --bot NAME")
     a.gun = recorded or a.gun or GUNS[0]
-    return recorded is None and not a.eval
+    return recorded is None
 
 
 def _record_gun(a) -> None:
