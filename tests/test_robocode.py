@@ -275,7 +275,7 @@ def test_bad_input_exits_2_naming_it_and_starts_nothing(tmp_path):
     robot.write_text("{not json")
     assert "robot.json is not readable as the robot's settings" in bad()
     robot.write_text('{"gun": "sideways"}')
-    assert "gun = 'sideways' is not accepted: expected one of turn, lead" in bad()
+    assert "gun = 'sideways' is not accepted: expected one of turn, lead, gated" in bad()
     robot.unlink()
     (tmp_path / "r" / "robocode" / "weights" / "sac_latest.zip").write_bytes(b"a checkpoint")
     assert "trained with --gun turn (its checkpoint has no robot.json" in bad("--gun", "lead")

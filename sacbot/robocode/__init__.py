@@ -14,6 +14,7 @@ ACT_SIZE = 5
 OPPONENTS = ("sample.SittingDuck", "sample.SpinBot", "sample.Walls", "sample.Tracker")
 # The robot's rewards (its sacbot.reward property; docs/robocode.md): the first is the default.
 REWARDS = ("damage", "energy", "dealt")
-# How action 2 turns the gun (the robot's sacbot.gun property): from where it points, or from the lead. The
-# first is the default; a bot keeps the one it was trained with (ROOT/<bot>/weights/robot.json).
-GUNS = ("turn", "lead")
+# How action 2 turns the gun (the robot's sacbot.gun property): from where it points, from the lead, or from the
+# lead with a trigger that waits until the gun points there. The first is the default; a bot keeps the one it
+# was trained with (ROOT/<bot>/weights/robot.json).
+GUNS = ("turn", "lead", "gated")

@@ -103,7 +103,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gun", choices=GUNS, default=None,
                    help="how action 2 turns the gun: by up to 20 degrees from where it points ('turn'), or from "
                         "where the lead points ('lead': 0 follows the lead, the aim is given and the bot learns "
-                        "the rest). Fixed for a bot by its first training battle (ROOT/<bot>/weights/robot.json); "
+                        "the rest), or as 'lead' with a trigger that fires only while the gun points at the lead "
+                        "within the enemy's half-width ('gated'). Fixed for a bot by its first training battle "
+                        "(ROOT/<bot>/weights/robot.json); "
                         "default: the bot's, or 'turn' for a new bot and the shipped one")
     p.add_argument("--battle-timeout", type=float, default=3600.0,
                    help="seconds a battle may take before Robocode is killed (default 3600)")

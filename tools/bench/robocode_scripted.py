@@ -81,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stand-still", action="store_true", help="radar, gun and fire only: the body never moves")
     p.add_argument("--seed", type=int, default=1, help="the movement's random reversals")
     p.add_argument("--gun", choices=GUNS, default=GUNS[0],
-                   help="the robot's gun mapping (sacbot robocode --gun); with 'lead' the policy's gun action is 0 "
-                        "(default turn)")
+                   help="the robot's gun mapping (sacbot robocode --gun); with 'lead' or 'gated' the policy's gun "
+                        "action is 0 (default turn)")
     a = p.parse_args(argv)
     if a.rounds < 1:
         p.error(f"--rounds {a.rounds}: expected 1 or more")

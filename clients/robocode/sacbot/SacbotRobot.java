@@ -28,7 +28,8 @@ import robocode.util.Utils;
  * (how long the hello may take at a round's start, 2000), {@code sacbot.endMs} (how long an episode's last reply
  * and {@code new_episode}'s may take, 1000), {@code sacbot.stats} (a file that gets one JSON line a round; none
  * when unset), {@code sacbot.reward} ("damage"; "energy": bullets' cost and hit bonus counted too; "dealt": the
- * damage taken not counted), {@code sacbot.gun} ("turn"; "lead": action 2 turns the gun from the lead, below).
+ * damage taken not counted), {@code sacbot.gun} ("turn"; "lead": action 2 turns the gun from the lead, below;
+ * "gated": as lead, and the gun fires only while it points at the lead).
  *
  * <p>Robocode waits for a robot's turn only {@code robocode.cpu.constant} ns and skips the turn after it, so a
  * reply later than {@code sacbot.replyMs} drops the connection (the server ends that episode there, nothing made
@@ -48,8 +49,11 @@ public class SacbotRobot extends AdvancedRobot {
     static final boolean TAKEN_COUNTED = !"dealt".equals(REWARD);
     // sacbot.gun=lead: action 2 turns the gun from where the lead points (observation 19) rather than from where
     // it points now, so that 0 follows the lead as fast as the gun turns; before the round's first scan, as "turn".
+    // sacbot.gun=gated: as lead, and a shot asked for goes off only while the gun points at the lead within the
+    // enemy's half-width (a bullet fired further off misses a robot that keeps its course): the trigger waits.
     static final String GUN = System.getProperty("sacbot.gun", "turn");
-    static final boolean GUN_LEAD = "lead".equals(GUN);
+    static final boolean GUN_GATED = "gated".equals(GUN);
+    static final boolean GUN_LEAD = "lead".equals(GUN) || GUN_GATED;
     // The fine gun and radar angles: tanh(angle / 10 degrees).
     static final double FINE_ANGLE = Math.toRadians(10.0);
     // The lead looks at most this many turns ahead (a bullet of power 3 crosses 1,000 pixels in 91 turns).
@@ -256,10 +260,26 @@ public class SacbotRobot extends AdvancedRobot {
         double fire = clip(a[4]);
         if (fire > 0.0) { // below 0: hold fire
             firePower = Rules.MIN_BULLET_POWER + fire * (Rules.MAX_BULLET_POWER - Rules.MIN_BULLET_POWER);
-            if (getGunHeat() == 0.0 && setFireBullet(firePower) != null) {
+            if (getGunHeat() == 0.0 && (!GUN_GATED || onTarget()) && setFireBullet(firePower) != null) {
                 countShot();
             }
         }
+    }
+
+    /**
+     * Whether a bullet fired now would meet the enemy where the lead puts it: the gun points there within the angle
+     * that the enemy's half-width spans at its distance. A bullet leaves along the gun's heading before this turn's
+     * gun turn, so the gun is judged where it points now.
+     */
+    boolean onTarget() {
+        if (!seen) {
+            return false;
+        }
+        double x = getX();
+        double y = getY();
+        double off = Utils.normalRelativeAngle(aimBearing(x, y, getBattleFieldWidth(), getBattleFieldHeight())
+                - getGunHeadingRadians());
+        return Math.abs(off) <= Math.atan2(HALF_ROBOT, Math.max(HALF_ROBOT, Math.hypot(enemyX - x, enemyY - y)));
     }
 
     /**

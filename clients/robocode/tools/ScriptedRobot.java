@@ -10,7 +10,7 @@ import java.util.Random;
  * walls. Every number it reads is one the learner sees, and every order goes through the robot's own action mapping.
  * Used by {@code tools/bench/robocode_scripted.py}; system properties: {@code scripted.power} (the fire power, 2),
  * {@code scripted.tolerance} (2), {@code scripted.move} (true), {@code scripted.seed} (1); with {@code sacbot.gun=lead}
- * the gun's action is 0, which follows the lead through the robot's own mapping.
+ * or {@code gated} the gun's action is 0, which follows the lead through the robot's own mapping.
  */
 public class ScriptedRobot extends SacbotRobot {
     static final double POWER = Double.parseDouble(System.getProperty("scripted.power", "2.0"));
