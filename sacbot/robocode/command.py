@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 from importlib import resources
+from pathlib import Path
 
 from sacbot.console import Signals, die_with_parent
 from sacbot.robocode import ACT_SIZE, GUNS, OBS_SIZE, OPPONENTS, REWARDS, ROBOT, ROBOT_ENTRY
@@ -39,6 +40,7 @@ from sacbot.store.pretrained import shipped_dir
 
 log = logging.getLogger("sacbot")
 SHIPPED = "robocode.zip"  # the Robocode bot shipped in the package (sacbot/bots/)
+SHIPPED_ROBOT = "robocode.robot.json"  # its robot settings, as ROOT/<bot>/weights/robot.json holds a bot's
 PROGRESS_S = 30.0  # seconds between a battle's progress lines
 
 # The settings a new bot starts with unless flags after -- say otherwise: a process learner (a thread
@@ -325,25 +327,35 @@ def _robot_file(root: str, bot: str) -> str:
     return os.path.join(root, bot, "weights", "robot.json")  # beside the checkpoints: run/ holds logs
 
 
+def _read_gun(path, name: str) -> str:
+    """The gun mapping a robot settings file records."""
+    try:
+        with path.open(encoding="utf-8") as f:
+            recorded = json.load(f).get("gun")
+    except (OSError, ValueError, AttributeError) as e:
+        raise UsageError(f"{name} is not readable as the robot's settings ({e}); expected a JSON object such as "
+                         '{"gun": "turn"}') from None
+    if recorded not in GUNS:
+        raise UsageError(f"{name}: gun = {recorded!r} is not accepted: expected one of {', '.join(GUNS)}")
+    return recorded
+
+
 def _trained_gun(a) -> tuple[str | None, str]:
     """The gun mapping bot ``a.bot`` was trained with and what says so, or (None, "") for a new bot."""
     path = _robot_file(a.root, a.bot)
     if os.path.isfile(path):
-        try:
-            with open(path, encoding="utf-8") as f:
-                recorded = json.load(f).get("gun")
-        except (OSError, ValueError, AttributeError) as e:
-            raise UsageError(f"{path} is not readable as the robot's settings ({e}); expected a JSON object such as "
-                             '{"gun": "turn"}') from None
-        if recorded not in GUNS:
-            raise UsageError(f"{path}: gun = {recorded!r} is not accepted: expected one of {', '.join(GUNS)}")
-        return recorded, path
-    # A checkpoint with no robot.json (a bot from before the setting, or one copied in), and the shipped bot
-    # that eval plays when there is none, turn the gun from where it points.
+        return _read_gun(Path(path), path), path
+    # A checkpoint with no robot.json (a bot from before the setting, or one copied in) turns the gun from
+    # where it points, as does a shipped bot without its settings file.
     weights = os.path.dirname(path)
     if os.path.isdir(weights) and any(n.endswith(".zip") for n in os.listdir(weights)):
         return GUNS[0], "its checkpoint has no robot.json: a bot from before --gun"
-    return (GUNS[0], "the shipped bot") if a.eval else (None, "")
+    if not a.eval:
+        return None, ""
+    shipped = shipped_dir().joinpath(SHIPPED_ROBOT)
+    if shipped.is_file():
+        return _read_gun(shipped, f"sacbot/bots/{SHIPPED_ROBOT}"), "the shipped bot"
+    return GUNS[0], "the shipped bot"
 
 
 def _resolve_gun(a) -> bool:
@@ -453,7 +465,7 @@ def main(argv: list[str]) -> int:
     if summaries:
         print(json.dumps({"bot": a.bot, "mode": "eval" if a.eval else "train",
                           "win_rates": {s["opponent"]: s["win_rate"] for s in summaries},
-                          "battles": [{k: s[k] for k in ("opponent", "rounds", "wins", "score_share", "shots", "hits",
-                                                         "hit_rate", "aim_error_deg")}
+                          "battles": [{k: s[k] for k in ("opponent", "gun", "rounds", "wins", "score_share", "shots",
+                                                         "hits", "hit_rate", "aim_error_deg")}
                                       for s in summaries]}))
     return code
