@@ -128,17 +128,17 @@ def test_bench_tankduel_shows_a_failed_training_runs_message_and_keeps_its_dir(t
 
 @pytest.mark.timeout(120)
 def test_bench_tankduel_train_runs_each_seed_and_variant_and_sums_up_their_last_points(tmp_path):
-    p = run_tool("bench/tankduel", "--train", "--steps", "1100", "--save-every", "550", "--seed", "3", "4",
+    # One seed: the means over seeds are test_bench_tankduel_finals_...'s, without training.
+    p = run_tool("bench/tankduel", "--train", "--steps", "1100", "--save-every", "550", "--seed", "4",
                  "--jobs", "2", "--opponents", "sitting_duck", "--episodes", "1",
                  env={**os.environ, "TMPDIR": str(tmp_path)})
     assert p.returncode == 0, p.stderr
-    assert len(re.findall(r"runs done", p.stderr)) == 4 and "4 of 4 runs done" in p.stderr, p.stderr
+    assert len(re.findall(r"runs done", p.stderr)) == 2 and "2 of 2 runs done" in p.stderr, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
-    assert sorted(out["curves"]) == ["memoryless-sitting_duck-s3", "memoryless-sitting_duck-s4",
-                                     "sacbot-sitting_duck-s3", "sacbot-sitting_duck-s4"]
+    assert sorted(out["curves"]) == ["memoryless-sitting_duck-s4", "sacbot-sitting_duck-s4"]
     final = out["final"]["sitting_duck"]
     for variant in ("sacbot", "memoryless"):
-        assert sorted(final[variant]) == ["3", "4"]
+        assert sorted(final[variant]) == ["4"]
         assert final[variant]["4"] == out["curves"][f"{variant}-sitting_duck-s4"][-1]["win_rate"]
     assert final["gap"] == pytest.approx(final["sacbot_mean"] - final["memoryless_mean"])
 

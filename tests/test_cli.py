@@ -76,7 +76,8 @@ def test_lockstep_runs_are_deterministic_with_either_learner(tmp_path):
     for name, kind in runs.items():
         d = tmp_path / name
         procs.append(subprocess.Popen(SACBOT + run_args(d, "--env", "Pendulum-v1", "--pace", "lockstep",
-                                                        "--steps", "1200", "--seed", "0", "--learner", kind),
+                                                        "--steps", "420", "--learning-starts", "300",
+                                                        "--calib-updates", "60", "--seed", "0", "--learner", kind),
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     for p in procs:
         _, err = p.communicate(timeout=220)
@@ -90,7 +91,7 @@ def test_lockstep_runs_are_deterministic_with_either_learner(tmp_path):
         return lines
 
     a, b, c = metrics("a"), metrics("b"), metrics("c")
-    assert len(a) == 1200 and a[-1]["steps"] == 201
+    assert len(a) == 420 and a[-1]["steps"] == 121  # the last 60 of them fake-quantized (--calib-updates 60)
     assert a == b == c
     digests = {n: read_checkpoint(str(tmp_path / n / "w" / "sac_latest.zip"))["manifest"]["entries"]
                ["model.msgpack.zst"]["sha256"] for n in runs}
@@ -171,7 +172,7 @@ def test_exact_resume_matches_an_uninterrupted_run(tmp_path):
     small = ["--env", "Pendulum-v1", "--pace", "lockstep", "--seed", "3", "--hidden", "16", "--batch-size", "4",
              "--seq-len", "8", "--learning-starts", "100", "--calib-updates", "50", "--save-interval", "100000"]
     a, b = tmp_path / "a", tmp_path / "b"
-    n, m = 400, 150  # two Pendulum episodes, then part of one
+    n, m = 200, 150  # a Pendulum episode, then part of one
     # The uninterrupted run shares nothing with the other two: it runs beside them (the suite's time).
     whole = subprocess.Popen(SACBOT + run_args(b, *small, "--steps", str(n + m)), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
@@ -491,9 +492,9 @@ def test_a_run_that_starves_its_learner_says_so_and_sums_up_its_drops(tmp_path):
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("learner", ["thread", "process"])
 def test_the_default_pace_keeps_up_with_a_slow_learner_nothing_dropped_every_transition_trained(tmp_path, learner):
-    """The learner pace (the default): a learner far slower than the game (UTD 8 into a queue of
+    """The learner pace (the default): a learner far slower than the game (UTD 6 into a queue of
     8) still gets every transition played, and does its UTD steps for all but the last half queue."""
-    steps, utd, queue = 300, 8, 8
+    steps, utd, queue = 160, 6, 8
     p = subprocess.run(SACBOT + run_args(tmp_path, "--env", "Pendulum-v1", "--steps", str(steps), "--hidden", "8",
                                          "--batch-size", "2", "--seq-len", "4", "--learning-starts", "20",
                                          "--utd-ratio", str(utd), "--queue-size", str(queue), "--seed", "5",

@@ -75,9 +75,9 @@ def test_sb3_checker_and_sac_run_when_installed():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sb3_check(env)
-    model = sb3.SAC("MlpPolicy", env, learning_starts=100, seed=0, device="cpu")
-    model.learn(1000)
-    assert model.num_timesteps == 1000
+    model = sb3.SAC("MlpPolicy", env, learning_starts=100, batch_size=64, seed=0, device="cpu")
+    model.learn(300)
+    assert model.num_timesteps == 300 and model._n_updates == 200
 
 
 def rollout(seed, actions, **kw):

@@ -84,7 +84,7 @@ def test_the_acting_thread_is_not_kept_waiting_while_the_thread_learner_trains()
     cannot meet."""
     nice = Config().learner_nice
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "gil.py"), "--seconds", "8", "--repeats", "1",
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "gil.py"), "--seconds", "5", "--repeats", "1",
                         "--load", str(max(1, cores - 1)), "--nice", "0", str(nice)],
                        capture_output=True, text=True, timeout=220)
     assert r.returncode == 0, r.stderr[-3000:]
