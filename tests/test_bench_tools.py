@@ -127,7 +127,7 @@ def test_bench_tankduel_shows_a_failed_training_runs_message_and_keeps_its_dir(t
 
 
 @pytest.mark.timeout(120)
-def test_bench_tankduel_train_runs_each_seed_and_variant_and_sums_up_their_last_points(tmp_path):
+def test_bench_tankduel_train_runs_each_variant_and_sums_up_their_last_points(tmp_path):
     # One seed: the means over seeds are test_bench_tankduel_finals_...'s, without training.
     p = run_tool("bench/tankduel", "--train", "--steps", "1100", "--save-every", "550", "--seed", "4",
                  "--jobs", "2", "--opponents", "sitting_duck", "--episodes", "1",

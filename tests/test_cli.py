@@ -91,7 +91,9 @@ def test_lockstep_runs_are_deterministic_with_either_learner(tmp_path):
         return lines
 
     a, b, c = metrics("a"), metrics("b"), metrics("c")
-    assert len(a) == 420 and a[-1]["steps"] == 121  # the last 60 of them fake-quantized (--calib-updates 60)
+    assert len(a) == 420 and a[-1]["steps"] == 121
+    # fp32 for the first 60 updates (--calib-updates 60), fake-quantized after: both are compared
+    assert a[0]["quant_phase"] == "calibrating" and a[-1]["quant_phase"] == "training"
     assert a == b == c
     digests = {n: read_checkpoint(str(tmp_path / n / "w" / "sac_latest.zip"))["manifest"]["entries"]
                ["model.msgpack.zst"]["sha256"] for n in runs}

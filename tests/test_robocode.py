@@ -107,9 +107,9 @@ def test_a_learning_battle_checkpoints_and_its_wins_match_the_bots_episodes(trai
     assert summary["wins"] == sum(1 for e in played if e["won"]) + sum(1 for s in stats if s["won"] and
                                                                         not s["sends_end"])
     assert summary["turns"] == sum(s["turns"] for s in stats) > 0
-    # A new bot's gun mapping is recorded before its first battle, and the robot used it.
-    assert json.loads((root / "robocode" / "weights" / "robot.json").read_text()) == {"gun": "turn"}
-    assert summary["gun"] == "turn" and {s["gun"] for s in stats} == {"turn"}
+    # A new bot's gun mapping (the gated gun by default) is recorded before its first battle, and the robot used it.
+    assert json.loads((root / "robocode" / "weights" / "robot.json").read_text()) == {"gun": "gated"}
+    assert summary["gun"] == "gated" and {s["gun"] for s in stats} == {"gated"}
     # The robot's count of its shooting, summed over its rounds.
     assert summary["shots"] == sum(s["shots"] for s in stats) >= summary["hits"] == sum(s["hits"] for s in stats)
     # Replies are held while the learner is behind (--hold-ms): the battle plays at its pace, dropping nothing.
@@ -146,9 +146,10 @@ def test_eval_with_no_trained_bot_plays_the_shipped_one_from_another_directory(t
     assert "vs sample.SittingDuck: won" in done.stdout, done.stdout
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["mode"] == "eval"
-    # The shipped bot hits a robot that never moves (97 and 100 of 100 in two evals): hits counted, its aim far from
-    # a random gun's 90 degrees: its trigger holds a shot until the gun points at the lead within the enemy's
-    # half-width (2-5 degrees at 200-515 pixels; 2.7 degrees measured over 100 rounds, docs/robocode.md).
+    # The shipped bot hits a robot that never moves (97 and 100 of 100 in two evals): hits counted. It plays with
+    # the mapping its settings file names, and that mapping's trigger was in effect: a shot goes off only within
+    # the enemy's half-width of the lead (2-5 degrees at 200-515 pixels; 2.5-2.7 measured over 100 rounds), far
+    # from the 13-17 degrees of the earlier shipped bot's free trigger or a random gun's 90.
     (battle,) = out["battles"]
     assert battle["gun"] == SHIPPED_GUN == "gated", battle  # its settings file's mapping, not the default's
     assert 0 < battle["hits"] <= battle["shots"] and battle["aim_error_deg"] < 10, battle

@@ -31,6 +31,19 @@ public final class LeadCheck {
 """
 
 
+# The trigger of --gun gated (``SacbotRobot.onTarget``): one line per (angle off the lead, distance) pair.
+GATE = """package sacbot;
+
+public final class GateCheck {
+    public static void main(String[] a) {
+        for (int i = 0; i + 2 <= a.length; i += 2) {
+            System.out.println(SacbotRobot.onTarget(Double.parseDouble(a[i]), Double.parseDouble(a[i + 1])));
+        }
+    }
+}
+"""
+
+
 def _install():
     try:
         return find_install()
@@ -39,22 +52,33 @@ def _install():
 
 
 @pytest.fixture(scope="module")
-def lead(tmp_path_factory):
+def java(tmp_path_factory):
+    """Runs one of the check classes above, compiled with the robot, on some numbers: its output lines."""
     inst = _install()
     tmp = tmp_path_factory.mktemp("lead")
-    src = tmp / "LeadCheck.java"
-    src.write_text(CHECK, encoding="utf-8")
+    sources = []
+    for name, code in (("LeadCheck", CHECK), ("GateCheck", GATE)):
+        sources.append(tmp / f"{name}.java")
+        sources[-1].write_text(code, encoding="utf-8")
     cp = f"{inst.jar}{os.pathsep}{inst.msgpack_jar}"
     done = subprocess.run([inst.javac, "-Xlint:all", "-Werror", "-cp", cp, "-d", str(tmp / "classes"),
-                           *ROBOT_SOURCES, str(src)], capture_output=True, text=True, timeout=120)
+                           *ROBOT_SOURCES, *map(str, sources)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
 
-    def run(*cases: tuple[float, ...]) -> list[float]:
-        args = [repr(float(v)) for case in cases for v in case]
-        out = subprocess.run([inst.java, "-cp", f"{tmp / 'classes'}{os.pathsep}{cp}", "sacbot.LeadCheck", *args],
+    def run(cls: str, numbers: list[float]) -> list[str]:
+        out = subprocess.run([inst.java, "-cp", f"{tmp / 'classes'}{os.pathsep}{cp}", f"sacbot.{cls}",
+                              *("NaN" if math.isnan(v) else repr(float(v)) for v in numbers)],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
-        return [float(line) for line in out.stdout.split()]
+        return out.stdout.split()
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def lead(java):
+    def run(*cases: tuple[float, ...]) -> list[float]:
+        return [float(line) for line in java("LeadCheck", [v for case in cases for v in case])]
 
     return run
 
@@ -125,3 +149,15 @@ def test_the_lead_stops_at_the_wall(lead):
     # Running east along y = 300 toward the east wall of an 800 x 600 field: the robot's centre stops 18 px short.
     got = lead((100.0, 100.0, 760.0, 300.0, math.pi / 2, 8.0, 0.0, 0, 11.0, 800.0, 600.0))[0]
     assert got == pytest.approx(bearing(100, 100, 782, 300), abs=1e-12)
+
+
+@pytest.mark.timeout(180)
+def test_the_gated_trigger_opens_within_the_angle_the_enemys_half_width_spans(java):
+    """--gun gated fires only while the gun is within atan(18 / distance) of the lead: 2.58 degrees at 400 px,
+    19.8 at 50 px, and the robot's own half-width (45 degrees) closer than that; either side of the lead alike."""
+    cases = [(1.0, 400.0, True), (-1.0, 400.0, True), (2.5, 400.0, True), (2.7, 400.0, False), (-2.7, 400.0, False),
+             (10.0, 50.0, True), (21.0, 50.0, False), (44.0, 5.0, True), (46.0, 5.0, False), (0.0, 1000.0, True),
+             (1.1, 1000.0, False)]
+    got = java("GateCheck", [v for off, dist, _ in cases for v in (math.radians(off), dist)])
+    assert got == [str(want).lower() for _, _, want in cases], list(zip(cases, got))
+    assert java("GateCheck", [math.nan, 400.0]) == ["false"]  # a lead not known yet never fires

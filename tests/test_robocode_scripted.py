@@ -35,12 +35,13 @@ def test_aiming_by_the_observation_alone_beats_walls_standing_still(gun, toleran
     (battle,) = out["battles"]
     assert out["gun"] == gun and battle["guns"] == [gun], out  # the mapping the robot itself says it used
     assert battle["rounds"] == rounds
-    # 98 of 100 rounds were won in the measured run (docs/robocode.md); a lead off by a turn's travel wins few.
+    # 98 of 100 rounds were won in the measured run (turn, docs/robocode.md); a lead off by a turn's travel wins few.
     assert battle["wins"] >= rounds - 1, out
     assert battle["score_share"] > 0.6, out
-    # The robot's own count of its shooting: the policy (or the gated trigger) fires only with the enemy seen and
-    # the gun within 2 degrees of the lead (the enemy's half-width spans 2 degrees at 515 pixels, more nearer),
-    # so the measured aim error is under that (one shot at another power's lead aside).
+    # The robot's own count of its shooting. Turn: the policy fires only with the enemy seen and the gun within
+    # 2 degrees of the lead. Gated: the trigger fires only within the enemy's half-width (2 degrees at 515 px,
+    # more nearer; test_robocode_lead.py checks its bound), and the gun, following the lead while it cools, is
+    # then within a degree of it. So the mean aim error is under 2 (one shot at another power's lead aside).
     assert 0 < battle["hits"] <= battle["shots"] and battle["blind_shots"] == 0, out
     assert 0 < battle["aim_error_deg"] < 2.0, out
     assert battle["fire_energy"] == pytest.approx(2.0 * battle["shots"], rel=1e-6), out

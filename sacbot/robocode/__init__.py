@@ -15,6 +15,10 @@ OPPONENTS = ("sample.SittingDuck", "sample.SpinBot", "sample.Walls", "sample.Tra
 # The robot's rewards (its sacbot.reward property; docs/robocode.md): the first is the default.
 REWARDS = ("damage", "energy", "dealt")
 # How action 2 turns the gun (the robot's sacbot.gun property): from where it points, from the lead, or from the
-# lead with a trigger that waits until the gun points there. The first is the default; a bot keeps the one it
-# was trained with (ROOT/<bot>/weights/robot.json).
+# lead with a trigger that waits until the gun points there. A bot keeps the one it was trained with
+# (ROOT/<bot>/weights/robot.json). A new bot's is the gated gun, the one with which bots learnt to beat every
+# sample robot from scratch (docs/robocode.md); a checkpoint with no robot.json is from before the setting,
+# when the gun turned from where it pointed.
 GUNS = ("turn", "lead", "gated")
+NEW_BOT_GUN = "gated"
+LEGACY_GUN = "turn"

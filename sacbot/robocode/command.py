@@ -25,7 +25,7 @@ from importlib import resources
 from pathlib import Path
 
 from sacbot.console import Signals, die_with_parent
-from sacbot.robocode import ACT_SIZE, GUNS, OBS_SIZE, OPPONENTS, REWARDS, ROBOT, ROBOT_ENTRY
+from sacbot.robocode import ACT_SIZE, GUNS, LEGACY_GUN, NEW_BOT_GUN, OBS_SIZE, OPPONENTS, REWARDS, ROBOT, ROBOT_ENTRY
 from sacbot.robocode.install import (
     RobocodeMissing,
     find_install,
@@ -108,7 +108,8 @@ def parser() -> argparse.ArgumentParser:
                         "the rest), or as 'lead' with a trigger that fires only while the gun points at the lead "
                         "within the enemy's half-width ('gated'). Fixed for a bot by its first training battle "
                         "(ROOT/<bot>/weights/robot.json); "
-                        "default: the bot's, or 'turn' for a new bot and the shipped one")
+                        f"default: the bot's, '{NEW_BOT_GUN}' for a new bot, the shipped bot's own (sacbot/bots/"
+                        "robocode.robot.json) for eval with no bot trained")
     p.add_argument("--battle-timeout", type=float, default=3600.0,
                    help="seconds a battle may take before Robocode is killed (default 3600)")
     p.add_argument("--port", type=int, default=0, help="the server's TCP port (default 0: a free one)")
@@ -349,13 +350,13 @@ def _trained_gun(a) -> tuple[str | None, str]:
     # where it points, as does a shipped bot without its settings file.
     weights = os.path.dirname(path)
     if os.path.isdir(weights) and any(n.endswith(".zip") for n in os.listdir(weights)):
-        return GUNS[0], "its checkpoint has no robot.json: a bot from before --gun"
+        return LEGACY_GUN, "its checkpoint has no robot.json: a bot from before --gun"
     if not a.eval:
         return None, ""
     shipped = shipped_dir().joinpath(SHIPPED_ROBOT)
     if shipped.is_file():
         return _read_gun(shipped, f"sacbot/bots/{SHIPPED_ROBOT}"), "the shipped bot"
-    return GUNS[0], "the shipped bot"
+    return LEGACY_GUN, "the shipped bot"
 
 
 def _resolve_gun(a) -> bool:
@@ -366,7 +367,7 @@ def _resolve_gun(a) -> bool:
     if recorded is not None and a.gun not in (None, recorded):
         raise UsageError(f"--gun {a.gun} is not accepted for bot {a.bot}: it was trained with --gun {recorded} "
                          f"({whose}), and a bot keeps its gun mapping; train a new bot with --bot NAME")
-    a.gun = recorded or a.gun or GUNS[0]
+    a.gun = recorded or a.gun or NEW_BOT_GUN
     return recorded is None
 
 

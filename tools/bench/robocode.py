@@ -104,7 +104,7 @@ def main() -> None:
     ap.add_argument("--reward", choices=REWARDS, default=REWARDS[0],
                     help=f"sacbot robocode --reward for the training battles (default {REWARDS[0]})")
     ap.add_argument("--gun", choices=GUNS, default=None,
-                    help="sacbot robocode --gun for the training battles (default: the bot's, or turn for a new one)")
+                    help="sacbot robocode --gun for the training battles (default: the bot's, or gated for a new one)")
     ap.add_argument("--curve-every", type=int, default=0, metavar="N",
                     help="after every N training battles, play --curve-rounds eval rounds against each of "
                          "--curve-opponents and append them to ROOT/curve.jsonl, with the final eval (default 0: "

@@ -267,9 +267,9 @@ public class SacbotRobot extends AdvancedRobot {
     }
 
     /**
-     * Whether a bullet fired now would meet the enemy where the lead puts it: the gun points there within the angle
-     * that the enemy's half-width spans at its distance. A bullet leaves along the gun's heading before this turn's
-     * gun turn, so the gun is judged where it points now.
+     * Whether a bullet fired now would meet the enemy where the lead puts it ({@link #onTarget(double, double)}), for
+     * the power just asked for. A bullet leaves along the gun's heading before this turn's gun turn, so the gun is
+     * judged where it points now; the distance is the last scan's.
      */
     boolean onTarget() {
         if (!seen) {
@@ -277,9 +277,16 @@ public class SacbotRobot extends AdvancedRobot {
         }
         double x = getX();
         double y = getY();
-        double off = Utils.normalRelativeAngle(aimBearing(x, y, getBattleFieldWidth(), getBattleFieldHeight())
-                - getGunHeadingRadians());
-        return Math.abs(off) <= Math.atan2(HALF_ROBOT, Math.max(HALF_ROBOT, Math.hypot(enemyX - x, enemyY - y)));
+        return onTarget(Utils.normalRelativeAngle(aimBearing(x, y, getBattleFieldWidth(), getBattleFieldHeight())
+                - getGunHeadingRadians()), Math.hypot(enemyX - x, enemyY - y));
+    }
+
+    /**
+     * Whether a gun {@code off} radians from the lead hits an enemy {@code distance} pixels away: within the angle
+     * its half-width spans there (at most the 45 degrees of a robot touching it). A pure function; NaN is off.
+     */
+    static boolean onTarget(double off, double distance) {
+        return Math.abs(off) <= Math.atan2(HALF_ROBOT, Math.max(HALF_ROBOT, distance));
     }
 
     /**
