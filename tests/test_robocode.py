@@ -18,6 +18,7 @@ import pytest
 from helpers import robocode_missing, wait_until
 
 from sacbot.robocode import GUNS, OBS_SIZE
+from sacbot.robocode.command import SHIPPED_ROBOT
 from sacbot.robocode.results import parse_results, read_stats
 from sacbot.store import checkpoint as ck
 from sacbot.store.pretrained import shipped_dir
@@ -27,7 +28,7 @@ from sacbot.store.pretrained import shipped_dir
 pytestmark = [pytest.mark.xdist_group("robocode"), pytest.mark.alone]
 # The gun mapping of the bot shipped in the package (sacbot/bots/robocode.robot.json), which eval plays from an
 # empty root.
-SHIPPED_GUN = json.loads(shipped_dir().joinpath("robocode.robot.json").read_text())["gun"]
+SHIPPED_GUN = json.loads(shipped_dir().joinpath(SHIPPED_ROBOT).read_text())["gun"]
 SMALL = ["--hidden", "32", "--batch-size", "8", "--seq-len", "8", "--learning-starts", "256", "--calib-updates", "8"]
 
 

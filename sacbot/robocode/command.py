@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from sacbot.console import Signals, die_with_parent
@@ -328,7 +329,7 @@ def _robot_file(root: str, bot: str) -> str:
     return os.path.join(root, bot, "weights", "robot.json")  # beside the checkpoints: run/ holds logs
 
 
-def _read_gun(path, name: str) -> str:
+def _read_gun(path: Traversable, name: str) -> str:
     """The gun mapping a robot settings file records."""
     try:
         with path.open(encoding="utf-8") as f:
