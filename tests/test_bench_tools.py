@@ -215,6 +215,34 @@ def test_each_benchmark_runs_at_smoke_size_and_prints_its_json_line(tool, args, 
 
 
 @pytest.mark.timeout(60)
+def test_the_one_thread_game_harness_plays_every_tick_of_every_game_on_its_clock(monkeypatch):
+    # serve_many's --games-as loop, against its yardstick server (no bot, no torch): 3 games at 40
+    # ticks/s for 1 s in episodes of 15 ticks, each on its own clock.
+    import time
+
+    bench = str(TOOLS / "bench")
+    monkeypatch.syspath_prepend(bench)  # serve_many imports benchlib, its neighbour
+    sm = load_tool("bench/serve_many")
+    says_port = "class Port:\n    def put(self, port): print(port, flush=True)\n"
+    server = subprocess.Popen([sys.executable, "-c", f"import sys; sys.path.insert(0, {bench!r}); import serve_many\n"
+                               f"{says_port}serve_many.floor_server(Port())"], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline())
+        out: dict = {}
+        start = time.monotonic() + 0.3
+        sm.game_loop(["a", "b", "c"], port, 40.0, 1.0, 15, out, [start, start + 0.008, start + 0.016])
+    finally:
+        server.kill()
+        server.wait(10)
+    assert sorted(out) == ["a", "b", "c"]
+    for g in out.values():
+        assert "error" not in g, g.get("error")
+        assert g["sent"] == len(g["lateness_ms"]) == len(g["trip_ms"]) == 40  # every tick of 1 s, answered
+        # lateness counts from the tick's scheduled start, so it is never below the round trip
+        assert all(late >= trip >= 0 for late, trip in zip(g["lateness_ms"], g["trip_ms"], strict=True))
+
+
+@pytest.mark.timeout(60)
 def test_a_server_that_refuses_its_flags_is_named_with_its_reason_by_the_serve_benchmarks():
     p = subprocess.run([sys.executable, str(TOOLS / "bench" / "serve_many.py"), "--clients", "1", "--seconds", "1",
                         "--learning-starts", "500000"], capture_output=True, text=True, timeout=50)

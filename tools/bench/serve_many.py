@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Many games at once on one ``sacbot serve``: ``--clients`` Python clients, each a thread of this
-process (or, with ``--games-as processes``, a process of its own) playing at ``--tps`` ticks a second on a
-fixed clock for ``--seconds``, each its own bot.
+process (or, with ``--games-as processes``, a process of its own; with ``--games-as loop``, all of them
+driven by one thread's selector loop) playing at ``--tps`` ticks a second on a fixed clock for
+``--seconds``, each its own bot.
 Reports, per the whole run: steps sent and answered (a step with no answer is a dropped step), how
 late each answer came after its tick's start (over 5 ms counts as late) and, apart, each step's
 round trip from send to answer, the transitions the
@@ -34,8 +35,11 @@ import numpy as np
 from benchlib import ServeProcess
 
 from sacbot.serve.client import SacbotClient
+from sacbot.serve.protocol import FrameBuffer, decode_body, encode_frame
 
 LATE_MS = 5.0
+OBS_SPACE = {"shape": [35], "low": -1.0, "high": 1.0}
+ACT_SPACE = {"shape": [2], "low": -1.0, "high": 1.0}
 
 
 def rss_mb(pid: int, children: bool = True) -> float:
@@ -58,12 +62,10 @@ def rss_mb(pid: int, children: bool = True) -> float:
 def game(name: str, where: dict, tps: float, seconds: float, episode: int, out: dict, start: float) -> None:
     """One game on a fixed clock; ``out[name]``: steps sent, and for each answered step how late its
     answer came after the tick's start and its round trip from send to answer (ms)."""
-    obs_space = {"shape": [35], "low": -1.0, "high": 1.0}
-    act_space = {"shape": [2], "low": -1.0, "high": 1.0}
     rng = np.random.default_rng(abs(hash(name)) % (1 << 32))
     sent, lateness, trips = 0, [], []
     try:
-        with SacbotClient(name, obs_space, act_space, timeout=30, hello_timeout=300, **where) as c:
+        with SacbotClient(name, OBS_SPACE, ACT_SPACE, timeout=30, hello_timeout=300, **where) as c:
             k = 0
             period = 1.0 / tps
             # A game whose hello came back after the common start (the server was loading a bot or
@@ -96,6 +98,98 @@ def game(name: str, where: dict, tps: float, seconds: float, episode: int, out: 
     out[name] = {"sent": sent, "lateness_ms": lateness, "trip_ms": trips}
 
 
+def game_loop(names: list[str], port: int, tps: float, seconds: float, episode: int, out: dict,
+              starts: list[float]) -> None:
+    """Every game driven by this one thread: the same clocks, messages and measures as ``game``, with
+    the sockets on one selector loop, so that the harness adds one runnable thread, not one a game.
+    A tick is sent when its time comes or, for a game still waiting for its last answer, as soon as
+    that answer arrives; either way its lateness runs from its scheduled start."""
+    import heapq
+    import selectors
+
+    period = 1.0 / tps
+    clients = [SacbotClient(name, OBS_SPACE, ACT_SPACE, port=port, timeout=30, hello_timeout=300) for name in names]
+    for c in clients:
+        c.connect()  # hello, one game after another: a bot loads on the server meanwhile
+    # A clock whose start passed while the hellos ran starts after the last hello, keeping its phase.
+    late_by = max(0.0, time.monotonic() - min(starts))
+    sel = selectors.DefaultSelector()
+    games, due = [], []
+    for i, (name, c) in enumerate(zip(names, clients, strict=True)):
+        sock = c._sock
+        assert sock is not None
+        sock.setblocking(False)
+        start = starts[i] + late_by
+        g = {"name": name, "sock": sock, "buf": FrameBuffer(), "start": start, "end": start + seconds, "k": 0,
+             "t": 0, "tick_at": 0.0, "sent_at": 0.0, "last": False, "obs": np.zeros(35), "reward": None,
+             "rng": np.random.default_rng(abs(hash(name)) % (1 << 32)), "sent": 0, "lateness_ms": [],
+             "trip_ms": [], "error": None}
+        games.append(g)
+        sel.register(sock, selectors.EVENT_READ, i)
+        sock.sendall(encode_frame({"type": "new_episode", "opponent": "bench"}))
+
+    def fail(g: dict, why: str) -> None:
+        g["error"] = why
+        sel.unregister(g["sock"])
+
+    def send_step(g: dict, tick_at: float) -> None:
+        next_at = g["start"] + (g["k"] + 1) * period
+        g["last"] = g["t"] == episode - 1 or next_at >= g["end"]
+        g["tick_at"], g["sent_at"] = tick_at, time.monotonic()
+        g["sent"] += 1
+        # A frame of a few hundred bytes: the socket's buffer takes it whole, so sendall does not block.
+        g["sock"].sendall(encode_frame({"type": "step", "obs": g["obs"].tolist(), "reward": g["reward"],
+                                        "terminated": False, "truncated": g["last"]}))
+
+    def answered(i: int, reply: dict) -> None:
+        g = games[i]
+        now = time.monotonic()
+        if reply["type"] == "ok":  # a new episode: its first tick when its time comes
+            g["t"], g["obs"], g["reward"] = 0, np.zeros(35), None
+            heapq.heappush(due, (g["start"] + g["k"] * period, i))
+            return
+        if reply["type"] != "action":
+            fail(g, f"the server answered {reply}")
+            return
+        g["lateness_ms"].append((now - g["tick_at"]) * 1e3)
+        g["trip_ms"].append((now - g["sent_at"]) * 1e3)
+        g["k"] += 1
+        g["t"] += 1
+        if g["last"]:
+            if reply["action"] is not None:
+                fail(g, "an action came for the episode's last step")
+            elif g["start"] + g["k"] * period < g["end"]:
+                g["sock"].sendall(encode_frame({"type": "new_episode", "opponent": "bench"}))
+            else:
+                sel.unregister(g["sock"])  # this game's time is up
+            return
+        g["obs"], g["reward"] = g["rng"].uniform(-1, 1, 35), float(-abs(reply["action"][0]))
+        heapq.heappush(due, (g["start"] + g["k"] * period, i))
+
+    while sel.get_map():
+        now = time.monotonic()
+        while due and due[0][0] <= now:
+            tick_at, i = heapq.heappop(due)
+            send_step(games[i], tick_at)
+        wait = min(1.0, max(0.0, due[0][0] - time.monotonic())) if due else 1.0
+        for key, _ in sel.select(wait):
+            g = games[key.data]
+            try:
+                data = g["sock"].recv(1 << 16)
+            except BlockingIOError:
+                continue
+            if not data:
+                fail(g, "the server closed the connection")
+                continue
+            g["buf"].feed(data)
+            while g["error"] is None and (body := g["buf"].next()) is not None:
+                answered(key.data, decode_body(body))
+    for g in games:
+        g["sock"].close()
+        out[g["name"]] = {"sent": g["sent"], "lateness_ms": g["lateness_ms"], "trip_ms": g["trip_ms"],
+                          **({"error": g["error"]} if g["error"] else {})}
+
+
 def game_process(name: str, where: dict, tps: float, seconds: float, episode: int, results, start: float) -> None:
     """One game in a process of its own: ``game``, its result put on ``results``."""
     out: dict = {}
@@ -109,14 +203,17 @@ def play(args, port: int, server_pid: int | None) -> tuple[dict, list]:
     out: dict = {}
     # Every game connects, then each starts its own clock (time.monotonic is one clock for every
     # process of the machine); a game process needs a fraction of a second of CPU to start.
-    threads = args.games_as == "threads"
+    threads = args.games_as != "processes"  # threads, or one thread for every game
     start = time.monotonic() + (2.0 + 0.1 * args.clients if threads else 3.0 + 0.3 * args.clients)
     offsets = (np.random.default_rng(args.seed).uniform(0, 1 / args.tps, args.clients)
                if args.phases == "random" else np.zeros(args.clients))
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     clock = (args.tps, args.seconds, args.episode)
-    if threads:
+    if args.games_as == "loop":
+        games = [threading.Thread(target=game_loop, args=([f"g{i:02d}" for i in range(args.clients)], port, *clock,
+                                                          out, [start + float(o) for o in offsets]), name="games")]
+    elif threads:
         games = [threading.Thread(target=game, args=(f"g{i:02d}", {"port": port}, *clock, out,
                                                      start + float(offsets[i])), name=f"game-{i}")
                  for i in range(args.clients)]
@@ -221,9 +318,10 @@ def main() -> None:
     p.add_argument("--phases", choices=["random", "aligned"], default="random",
                    help="each game's clock starts at a random offset within a tick, or all tick together")
     p.add_argument("--seed", type=int, default=0, help="seeds the random phases")
-    p.add_argument("--games-as", choices=["threads", "processes"], default="threads",
-                   help="all games threads of this process (default; they share its GIL), or each game a process "
-                        "of its own, as separate games are")
+    p.add_argument("--games-as", choices=["threads", "processes", "loop"], default="threads",
+                   help="all games threads of this process (default; they share its GIL), each game a process "
+                        "of its own, as separate games are, or every game on one thread's selector loop (the "
+                        "harness then adds one runnable thread, not one a game)")
     p.add_argument("--floor", action="store_true",
                    help="then the same games against a yardstick: a server with no bot behind it that answers "
                         "each message at once from one selector loop (the machine's and the harness's share)")
