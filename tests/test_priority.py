@@ -20,12 +20,17 @@ ROOT = Path(__file__).resolve().parents[1]
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="niceness per thread is Linux's")
 
 
-def _learner_nice_from_outside(agent, kind: str) -> int:
-    """The learner's niceness as the kernel has it, read from this process, not from its report."""
+def _learner_tid(agent, kind: str) -> int:
+    """The kernel's id of the learner's thread: the training thread, or the child's main thread."""
     if kind == "thread":
         (t,) = [t for t in threading.enumerate() if t.name == "sacbot-training"]
-        return os.getpriority(os.PRIO_PROCESS, t.native_id)
-    return os.getpriority(os.PRIO_PROCESS, agent.learner.proc.pid)  # the child's main thread
+        return t.native_id
+    return agent.learner.proc.pid
+
+
+def _learner_nice_from_outside(agent, kind: str) -> int:
+    """The learner's niceness as the kernel has it, read from this process, not from its report."""
+    return os.getpriority(os.PRIO_PROCESS, _learner_tid(agent, kind))
 
 
 @linux
@@ -37,8 +42,23 @@ def test_the_learner_runs_below_the_acting_thread(tmp_path, learner_kind):
         assert agent.cfg.learner_nice == 10  # the default: acting preempts the learner
         assert _learner_nice_from_outside(agent, learner_kind) == expected
         assert agent.status()["learner_nice"] == expected  # reported as measured
+        assert os.sched_getscheduler(_learner_tid(agent, learner_kind)) == os.SCHED_OTHER  # learner_idle is off
         # The acting thread, and so the game's loop, keeps its priority.
         assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
+
+
+@linux
+@pytest.mark.timeout(120)
+def test_learner_idle_puts_the_learner_alone_under_sched_idle(tmp_path, learner_kind):
+    mine = os.sched_getscheduler(threading.get_native_id())
+    with Agent(small_cfg(tmp_path, learner=learner_kind, learner_idle=True), OBS_SPACE, ACT_SPACE) as agent:
+        assert os.sched_getscheduler(_learner_tid(agent, learner_kind)) == os.SCHED_IDLE
+        assert _learner_nice_from_outside(agent, learner_kind) == min(
+            os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) + 10, 19)  # and its niceness as well
+        if learner_kind == "thread":  # the threads it starts inherit the policy
+            (io,) = [t for t in threading.enumerate() if t.name == "sacbot-io"]
+            assert os.sched_getscheduler(io.native_id) == os.SCHED_IDLE
+        assert os.sched_getscheduler(threading.get_native_id()) == mine  # acting keeps its policy
 
 
 @linux

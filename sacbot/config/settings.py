@@ -185,6 +185,13 @@ class Config:
                                "the CPU when both are runnable (0 to 19; 0 keeps the bot's priority). Linux "
                                "sets it per thread; elsewhere only a process learner gets it.",
                            min=0, max=19, group="learner")
+    # Below any niceness: the kernel preempts a SCHED_IDLE thread the moment a normal one wakes, so
+    # acting never waits out the learner's time slice; but the learner gets no core that other work
+    # wants (with every core busy it could not even start in 300 s, docs/experiments.md).
+    learner_idle: bool = _f(False, "Also run the learner under Linux's SCHED_IDLE policy: acting preempts it at once, "
+                                   "but it only gets the CPU no other work wants (on a machine whose cores are all "
+                                   "busy it may not run at all). Linux only; elsewhere a warning, and niceness alone.",
+                            group="learner")
     # --- runtime -------------------------------------------------------------------
     learner: str = _f("thread", "Where the learner runs: thread (in the bot's process) or process (a child process: "
                                 "acting gets an interpreter of its own, no GIL shared with training).",

@@ -1,6 +1,6 @@
 """The learner's priority: it lowers itself so that the acting thread wins the CPU.
 
-    nice = yield_cpu_to_acting(cfg.learner_nice)   # first thing the learner's thread does
+    nice = yield_cpu_to_acting(cfg.learner_nice, cfg.learner_idle)   # first thing the learner's thread does
 
 Measured in BENCHMARKS.md ("Who gets the CPU"); the rule is in docs/design.md.
 """
@@ -15,8 +15,9 @@ import threading
 log = logging.getLogger("sacbot")
 
 
-def yield_cpu_to_acting(nice: int) -> int | None:
-    """Lower the calling thread's priority by ``nice``, before it starts any thread of its own
+def yield_cpu_to_acting(nice: int, idle: bool = False) -> int | None:
+    """Lower the calling thread's priority by ``nice`` (and with ``idle``, put it under Linux's
+    SCHED_IDLE policy), before it starts any thread of its own
     (those inherit it: the I/O thread, torch's pool).  Returns the niceness now in force, or None
     where it cannot be read.
 
@@ -37,7 +38,16 @@ def yield_cpu_to_acting(nice: int) -> int | None:
         now = os.getpriority(os.PRIO_PROCESS, who)
         if nice > 0:
             os.setpriority(os.PRIO_PROCESS, who, min(now + nice, 19))
-        return os.getpriority(os.PRIO_PROCESS, who)
+        got = os.getpriority(os.PRIO_PROCESS, who)
     except OSError as e:  # a sandbox that forbids it: the learner still runs, at the bot's priority
         log.warning("could not lower the learner's priority by %d (%s); acting may wait for it", nice, e)
         return None
+    if idle:
+        if per_thread and hasattr(os, "SCHED_IDLE"):
+            try:
+                os.sched_setscheduler(who, os.SCHED_IDLE, os.sched_param(0))
+            except OSError as e:
+                log.warning("could not put the learner under SCHED_IDLE (%s); it runs at niceness %d", e, got)
+        else:
+            log.warning("learner_idle: SCHED_IDLE is Linux's; the learner runs at niceness %d", got)
+    return got

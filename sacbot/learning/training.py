@@ -348,7 +348,8 @@ class LearnerLoop:
         acting_rng = None
         try:
             if not self.priority_set:
-                self.nice, self.priority_set = yield_cpu_to_acting(self.spec.cfg().learner_nice), True
+                cfg = self.spec.cfg()
+                self.nice, self.priority_set = yield_cpu_to_acting(cfg.learner_nice, cfg.learner_idle), True
             if not self._start():
                 return
             acting_rng = self._loop()
