@@ -42,12 +42,11 @@ def yield_cpu_to_acting(nice: int, idle: bool = False) -> int | None:
     except OSError as e:  # a sandbox that forbids it: the learner still runs, at the bot's priority
         log.warning("could not lower the learner's priority by %d (%s); acting may wait for it", nice, e)
         return None
-    if idle:
-        if per_thread and hasattr(os, "SCHED_IDLE"):
-            try:
-                os.sched_setscheduler(who, os.SCHED_IDLE, os.sched_param(0))
-            except OSError as e:
-                log.warning("could not put the learner under SCHED_IDLE (%s); it runs at niceness %d", e, got)
-        else:
-            log.warning("learner_idle: SCHED_IDLE is Linux's; the learner runs at niceness %d", got)
+    if idle and not (per_thread and hasattr(os, "SCHED_IDLE")):
+        log.warning("learner_idle: SCHED_IDLE is Linux's; the learner runs at niceness %d", got)
+    elif idle:
+        try:
+            os.sched_setscheduler(who, os.SCHED_IDLE, os.sched_param(0))
+        except OSError as e:
+            log.warning("could not put the learner under SCHED_IDLE (%s); it runs at niceness %d", e, got)
     return got

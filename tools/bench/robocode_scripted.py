@@ -40,8 +40,8 @@ NAME = "sacbot.ScriptedRobot"
 
 def place(inst, workdir: str) -> None:
     """Robocode's working directory with the scripted robot compiled beside the sacbot robot."""
-    # sacbot robocode's budget: a 10 ms one (a shorter round-start wait) lost rounds for skipped turns on a busy
-    # machine (3 of 5 won in a CI run against the usual 5).
+    # sacbot robocode's budget: at 10 ms (a shorter round-start wait) the scripted robot won 3 of 5 rounds in
+    # one CI run, under the test's 4; at 100 ms it has passed every run.
     prepare_workdir(inst, workdir, turn_budget_ms=100.0)
     robots = os.path.join(workdir, "robots")
     done = subprocess.run([inst.javac, "-Xlint:all", "-Werror", "-cp", f"{inst.jar}{os.pathsep}{inst.msgpack_jar}",

@@ -40,6 +40,7 @@ from sacbot.serve.protocol import FrameBuffer, decode_body, encode_frame
 LATE_MS = 5.0
 OBS_SPACE = {"shape": [35], "low": -1.0, "high": 1.0}
 ACT_SPACE = {"shape": [2], "low": -1.0, "high": 1.0}
+OBS_DIM = OBS_SPACE["shape"][0]
 
 
 def rss_mb(pid: int, children: bool = True) -> float:
@@ -74,7 +75,7 @@ def game(name: str, where: dict, tps: float, seconds: float, episode: int, out: 
             end = start + seconds
             while t_next < end:
                 c.new_episode("bench")
-                obs, reward = np.zeros(35), None
+                obs, reward = np.zeros(OBS_DIM), None
                 for t in range(episode):
                     now = time.monotonic()
                     if now < t_next:
@@ -91,7 +92,7 @@ def game(name: str, where: dict, tps: float, seconds: float, episode: int, out: 
                     if last:
                         assert a is None
                         break
-                    obs, reward = rng.uniform(-1, 1, 35), float(-abs(a[0]))
+                    obs, reward = rng.uniform(-1, 1, OBS_DIM), float(-abs(a[0]))
     except Exception as e:  # noqa: BLE001 - reported, not raised: the other games go on
         out[name] = {"error": f"{type(e).__name__}: {e}", "sent": sent, "lateness_ms": lateness, "trip_ms": trips}
         return
@@ -116,25 +117,27 @@ def game_loop(names: list[str], port: int, tps: float, seconds: float, episode: 
     sel = selectors.DefaultSelector()
     games, due = [], []
     for i, (name, c) in enumerate(zip(names, clients, strict=True)):
-        sock = c._sock
+        sock = c._sock  # the client's own socket after its hello: the bench reads and writes it without blocking
         assert sock is not None
         sock.setblocking(False)
         start = starts[i] + late_by
         g = {"name": name, "sock": sock, "buf": FrameBuffer(), "start": start, "end": start + seconds, "k": 0,
-             "t": 0, "tick_at": 0.0, "sent_at": 0.0, "last": False, "obs": np.zeros(35), "reward": None,
+             "t": 0, "tick_at": 0.0, "sent_at": 0.0, "last": False, "obs": np.zeros(OBS_DIM), "reward": None,
              "rng": np.random.default_rng(abs(hash(name)) % (1 << 32)), "sent": 0, "lateness_ms": [],
              "trip_ms": [], "error": None}
         games.append(g)
         sel.register(sock, selectors.EVENT_READ, i)
         sock.sendall(encode_frame({"type": "new_episode", "opponent": "bench"}))
 
+    def tick_time(g: dict, k: int) -> float:
+        return g["start"] + k * period  # a fixed clock: a game that falls behind stays late
+
     def fail(g: dict, why: str) -> None:
         g["error"] = why
         sel.unregister(g["sock"])
 
     def send_step(g: dict, tick_at: float) -> None:
-        next_at = g["start"] + (g["k"] + 1) * period
-        g["last"] = g["t"] == episode - 1 or next_at >= g["end"]
+        g["last"] = g["t"] == episode - 1 or tick_time(g, g["k"] + 1) >= g["end"]
         g["tick_at"], g["sent_at"] = tick_at, time.monotonic()
         g["sent"] += 1
         # A frame of a few hundred bytes: the socket's buffer takes it whole, so sendall does not block.
@@ -145,8 +148,8 @@ def game_loop(names: list[str], port: int, tps: float, seconds: float, episode: 
         g = games[i]
         now = time.monotonic()
         if reply["type"] == "ok":  # a new episode: its first tick when its time comes
-            g["t"], g["obs"], g["reward"] = 0, np.zeros(35), None
-            heapq.heappush(due, (g["start"] + g["k"] * period, i))
+            g["t"], g["obs"], g["reward"] = 0, np.zeros(OBS_DIM), None
+            heapq.heappush(due, (tick_time(g, g["k"]), i))
             return
         if reply["type"] != "action":
             fail(g, f"the server answered {reply}")
@@ -158,13 +161,13 @@ def game_loop(names: list[str], port: int, tps: float, seconds: float, episode: 
         if g["last"]:
             if reply["action"] is not None:
                 fail(g, "an action came for the episode's last step")
-            elif g["start"] + g["k"] * period < g["end"]:
+            elif tick_time(g, g["k"]) < g["end"]:
                 g["sock"].sendall(encode_frame({"type": "new_episode", "opponent": "bench"}))
             else:
                 sel.unregister(g["sock"])  # this game's time is up
             return
-        g["obs"], g["reward"] = g["rng"].uniform(-1, 1, 35), float(-abs(reply["action"][0]))
-        heapq.heappush(due, (g["start"] + g["k"] * period, i))
+        g["obs"], g["reward"] = g["rng"].uniform(-1, 1, OBS_DIM), float(-abs(reply["action"][0]))
+        heapq.heappush(due, (tick_time(g, g["k"]), i))
 
     while sel.get_map():
         now = time.monotonic()
