@@ -184,7 +184,8 @@ def test_bench_tankduel_refuses_runs_it_cannot_evaluate(pendulum_w, radar_w, tmp
      lambda r: r["act_idle"]["n"] == 50 and r["act_idle"]["p50_us"] > 0 and r["realtime"]["200tps"]["ticks"] == 10),
     ("bench/checkpoint", ["--hidden", "8", "--repeats", "1", "--blocks", "1", "--block-steps", "20", "--every", "10"],
      lambda r: r["saves"][0]["file_bytes"] > 0 and r["step_time_while_saving"][0]["saving"]["n"] == 20
-     and r["step_time_while_saving"][0]["saves_written"] >= 1),
+     and r["step_time_while_saving"][0]["saves_written"] >= 1
+     and set(r["step_time_while_saving"][0]["saving_p50_ms_by_step"]) == {"offer", "after_offer", "others"}),
     ("bench/env", ["--steps", "200", "--rounds", "1"], lambda r: r["median_steps_per_s"]["tankduel_raw"] > 0),
     ("bench/serve", ["--ticks", "40", "--warmup", "10", "--arms", "agent,python-tcp,python-unix"],
      lambda r: r["agent_act_in_process"]["n"] == 40 and r["python-tcp"]["n"] == 40

@@ -6,7 +6,9 @@ Part 1 writes checkpoints of a learner at each hidden size, with and without a f
 full save (the first of a run) and of an incremental one (replay chunks already held).
 Part 2 runs learner updates exactly as the training thread does (offer a snapshot to a
 real I/O thread every ``--every`` steps) and compares step-time p50/p99 against the same
-loop without saves, alternating blocks so machine noise hits both.  Last line is JSON.
+loop without saves, alternating blocks so machine noise hits both, and the saving blocks' median
+step by where it falls: the step that builds and offers the payload, the step after it (which
+the write overlaps), and the others.  Last line is JSON.
 
     python tools/bench/checkpoint.py --hidden 64 256 --every 20
 """
@@ -79,6 +81,7 @@ def step_times(hidden: int, every: int, blocks: int, block_steps: int, replay: b
     io = IOThread(slot, d, 1, {}, {})
     io.start()
     res: dict[str, list[float]] = {"no_saves": [], "saving": []}
+    phase: dict[str, list[float]] = {"offer": [], "after_offer": [], "others": []}  # saving blocks' steps
     obs, act = np.zeros(st.replay.obs_dim, np.float32), np.zeros(st.replay.act_dim, np.float32)
     offers = dropped = saves = 0
     held: dict = {}  # replay chunks the writer already holds, from its results (as LearnerLoop._collect_io)
@@ -103,7 +106,11 @@ def step_times(hidden: int, every: int, blocks: int, block_steps: int, replay: b
                     slot.offer(st.payload(with_replay=replay, since=held))  # as LearnerLoop._offer_save
                 else:
                     dropped += 1
-            res[mode].append((time.perf_counter() - t0) * 1e3)
+            ms = (time.perf_counter() - t0) * 1e3
+            res[mode].append(ms)
+            if mode == "saving":  # which steps pay: the one that builds the payload, the one the write overlaps
+                k = "offer" if i % every == every - 1 else "after_offer" if i % every == 0 and i else "others"
+                phase[k].append(ms)
     io.stop(60)
     collect()
     out = {}
@@ -113,6 +120,7 @@ def step_times(hidden: int, every: int, blocks: int, block_steps: int, replay: b
                   "n": len(a)}
     out["p99_ratio"] = round(out["saving"]["p99_ms"] / out["no_saves"]["p99_ms"], 3)
     out["p50_ratio"] = round(out["saving"]["p50_ms"] / out["no_saves"]["p50_ms"], 3)
+    out["saving_p50_ms_by_step"] = {k: round(float(np.median(v)), 2) for k, v in phase.items() if v}
     out.update(offers=offers, offers_dropped_busy=dropped, saves_written=saves, hidden=hidden,
                replay_in_saves=replay)
     return out
