@@ -306,6 +306,8 @@ class LearnerLoop:
     def _build(self) -> None:
         spec, cfg = self.spec, self.spec.cfg()
         self.original = cfg.original_contract
+        # Here, in the thread or process that trains: MKL keeps its thread count per thread, and a
+        # thread that never set it ran its GEMMs on every core (docs/experiments.md).
         torch.set_num_threads(cfg.torch_threads)
         self.torch_threads = torch.get_num_threads()  # measured, not configured
         self.state = TrainingState.fresh(cfg, spec.obs_dim, spec.act_dim)
