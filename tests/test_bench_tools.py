@@ -161,6 +161,16 @@ def test_bench_tankduel_finals_are_each_seeds_last_point_and_the_gap_over_the_co
     assert f["tracker"] == {"sacbot": {"0": 0.95}, "sacbot_mean": 0.95} and set(f) == {"sitting_duck", "tracker"}
 
 
+@pytest.mark.timeout(60)
+def test_bench_cluster_refuses_a_capacity_part_without_the_yardstick_before_measuring(tmp_path):
+    # The capacity part runs tools/bench/learner.py, which cannot run without the yardstick: refused
+    # at the start, not after the Ray parts have run for minutes.
+    for extra in ([], ["--naive", str(tmp_path / "missing.py")]):
+        p = run_tool("bench/cluster", "--parts", "capacity", *extra)
+        assert p.returncode == 2 and "needs the yardstick: --naive PATH" in p.stderr, p.stderr
+        assert "capacity:" not in p.stderr  # nothing measured
+
+
 @pytest.mark.timeout(120)
 def test_bench_tankduel_refuses_runs_it_cannot_evaluate(pendulum_w, radar_w, tmp_path):
     p = run_tool("bench/tankduel", "--runs", f"a={pendulum_w}", "--episodes", "1")

@@ -24,7 +24,7 @@
   training thread only storing.  Also a profile in this process: encode, decode, Channel.send,
   replay add, and the calls/s of a bare Ray actor method at the same in-flight bound.
 * ``capacity``: ``tools/bench/learner.py --batch B`` for each ``--capacity-batches`` (the naive
-  yardstick beside it), samples/s = B x seq_len x steps/s, and the scale model
+  yardstick, ``--naive PATH``, beside it), samples/s = B x seq_len x steps/s, and the scale model
   N = C / (R x 30) at replay ratios 512, 128 and 32.
 
 A local Ray instance listens on loopback only (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` before
@@ -531,7 +531,8 @@ def part_capacity(a) -> dict:
                  "batches": {}}
     for b in a.capacity_batches:
         cmd = [sys.executable, os.path.join(HERE, "learner.py"), "--batch", str(b), "--seq-len", "32",
-               "--hidden", "64", "--rounds", str(a.capacity_rounds), "--seconds", str(a.capacity_seconds)]
+               "--hidden", "64", "--rounds", str(a.capacity_rounds), "--seconds", str(a.capacity_seconds),
+               "--naive", a.naive]
         say(f"capacity: {' '.join(cmd[1:])}")
         p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if p.returncode != 0:
@@ -584,8 +585,13 @@ def main() -> None:
     g.add_argument("--capacity-batches", type=int, nargs="+", default=[16, 64, 256])
     g.add_argument("--capacity-rounds", type=int, default=3)
     g.add_argument("--capacity-seconds", type=float, default=5.0)
+    g.add_argument("--naive", metavar="PATH",
+                   help="the yardstick script tools/bench/learner.py runs beside sacbot's learner (needed by capacity)")
     a = p.parse_args()
     parts = set(a.parts)
+    if "capacity" in parts and not (a.naive and os.path.isfile(a.naive)):
+        p.error(f"--parts capacity runs tools/bench/learner.py, which needs the yardstick: --naive PATH "
+                f"(got {a.naive!r}); or leave capacity out of --parts")
     sys.path.insert(0, ROOT)
     tmp = tempfile.mkdtemp(prefix="bench_cluster-")
     out: dict = {"bench": "cluster", "date": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(),
