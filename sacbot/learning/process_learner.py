@@ -324,7 +324,8 @@ def child_main(spec: LearnerSpec, resume_path: str | None, conn_in: Connection, 
     from sacbot.store.read import read_checkpoint
 
     # First, on the main thread: the pipe threads started next, and torch's, inherit it.
-    nice = yield_cpu_to_acting(spec.cfg().learner_nice, spec.cfg().learner_idle)
+    cfg = spec.cfg()
+    nice = yield_cpu_to_acting(cfg.learner_nice, cfg.learner_idle)
     pipes = _ChildPipes(conn_in, conn_out, parent_pid, lockstep=(pace == "lockstep"))
     signal.signal(signal.SIGTERM, lambda *_: pipes.terminate())
     lock = WriterLock(spec.weights_dir)
