@@ -118,3 +118,34 @@ def test_the_acting_thread_is_not_kept_waiting_while_the_thread_learner_trains()
     # Late wake-ups (> 1 ms): at most half of what the same learner at the bot's own priority
     # causes (measured 0.1-0.2 of it), or under 2 a second where that arm itself had few.
     assert default["late_over_1ms_per_s"] <= max(0.5 * base["late_over_1ms_per_s"], 2.0), (default, base)
+
+
+@pytest.mark.parametrize("nice, idle, warned", [(10, False, True), (0, True, True), (0, False, False)])
+def test_a_priority_that_cannot_be_applied_is_warned_of(monkeypatch, caplog, nice, idle, warned):
+    # A platform without os.setpriority (Windows): the settings promise a warning, not silence.
+    from sacbot.learning import priority
+
+    monkeypatch.delattr(priority.os, "setpriority")
+    with caplog.at_level("WARNING", logger="sacbot"):
+        assert priority.yield_cpu_to_acting(nice, idle) is None
+    said = [r.getMessage() for r in caplog.records if "not applied" in r.getMessage()]
+    assert bool(said) == warned
+    if warned:
+        assert ("learner_idle" in said[0]) == idle and (f"learner_nice {nice}" in said[0]) == (nice > 0)
+
+
+def test_a_thread_learner_where_niceness_is_per_process_is_warned_of(monkeypatch, caplog):
+    # macOS and the BSDs keep niceness per process: lowering it from the learner's thread would
+    # slow acting too, so it is not done, and the user is told why.
+    from sacbot.learning import priority
+
+    monkeypatch.setattr(priority.sys, "platform", "darwin")
+    calls: list = []
+    monkeypatch.setattr(priority.os, "setpriority", lambda *a: calls.append(a), raising=False)
+    result: list = []
+    with caplog.at_level("WARNING", logger="sacbot"):
+        t = threading.Thread(target=lambda: result.append(priority.yield_cpu_to_acting(10)), name="learner-like")
+        t.start()
+        t.join(10)
+    assert result == [None] and calls == []
+    assert any("--learner process" in r.getMessage() for r in caplog.records)

@@ -183,7 +183,8 @@ class Config:
     # act() calls; at +10 in 0.03-0.07% (docs/design.md, "Who gets the CPU").
     learner_nice: int = _f(10, "Niceness the learner adds to its own thread or process, so that acting wins "
                                "the CPU when both are runnable (0 to 19; 0 keeps the bot's priority). Linux "
-                               "sets it per thread; elsewhere only a process learner gets it.",
+                               "sets it per thread; elsewhere only a process learner gets it (a thread learner "
+                               "warns).",
                            min=0, max=19, group="learner")
     # Below any niceness: the kernel preempts a SCHED_IDLE thread the moment a normal one wakes, so
     # acting never waits out the learner's time slice; but the learner gets no core that other work

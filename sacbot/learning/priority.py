@@ -29,10 +29,13 @@ def yield_cpu_to_acting(nice: int, idle: bool = False) -> int | None:
     process, anything but the learner; other systems keep it per process, where only a process
     learner (which owns its process) may lower it."""
     if not hasattr(os, "setpriority"):
+        _not_applied(nice, idle, "this platform has no os.setpriority")
         return None
     per_thread = sys.platform.startswith("linux")
     if not per_thread and threading.current_thread() is not threading.main_thread():
-        return None  # a thread learner would lower the bot's whole process, acting included
+        # A thread learner would lower the bot's whole process, acting included.
+        _not_applied(nice, idle, "only a process learner can have its own priority here (--learner process)")
+        return None
     who = threading.get_native_id() if per_thread else 0
     try:
         now = os.getpriority(os.PRIO_PROCESS, who)
@@ -50,3 +53,11 @@ def yield_cpu_to_acting(nice: int, idle: bool = False) -> int | None:
         except OSError as e:
             log.warning("could not put the learner under SCHED_IDLE (%s); it runs at niceness %d", e, got)
     return got
+
+
+def _not_applied(nice: int, idle: bool, why: str) -> None:
+    """The settings promise a warning, never silence, where they cannot take effect."""
+    asked = [f"learner_nice {nice}"] if nice > 0 else []
+    asked += ["learner_idle"] if idle else []
+    if asked:
+        log.warning("%s not applied: %s; the learner runs at the bot's priority", " and ".join(asked), why)
