@@ -39,7 +39,6 @@ from sacbot.acting import policy
 from sacbot.acting.errors import AgentError, AgentInterrupted
 from sacbot.acting.latency import LatencyWindow
 from sacbot.acting.spaces import input_dim, learner_spaces, reward_feature, space_dims
-from sacbot.acting.timeslice import request_time_slice
 from sacbot.config import Config, ConfigError
 from sacbot.console import Log
 from sacbot.store.files import UnusableDir, append_jsonl, make_dir
@@ -119,7 +118,6 @@ class Agent:
         # into one episode's transitions).
         self._calls = threading.Lock()
         self._owner: int | None = None
-        self._sliced: int | None = None  # the thread last given acting_slice_us
         self.opponent = ""
         self.results: dict[str, list[float]] = defaultdict(list)
         self.wins: dict[str, list[bool]] = defaultdict(list)  # episodes whose env reported info["won"]
@@ -350,9 +348,6 @@ class Agent:
             raise AgentError(f"{what}() called while another thread is inside act/observe/new_episode: "
                              "an Agent serves one game loop; give each loop its own Agent")
         if claim or self._owner is None:
-            if me != self._sliced and self.cfg.acting_slice_us:  # once per game-loop thread, not per tick
-                self._sliced = me
-                request_time_slice(self.cfg.acting_slice_us)
             self._owner = me
         elif self._owner != me:
             self._calls.release()

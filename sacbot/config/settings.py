@@ -194,13 +194,6 @@ class Config:
                                    "busy it may not run at all). Linux only; elsewhere a warning, and niceness alone.",
                             group="learner")
     # --- runtime -------------------------------------------------------------------
-    # Measured with one other CPU-bound process and the thread learner on a 2-core machine: a
-    # waking acting thread waited out another thread's slice (a scheduler tick, ~4 ms) until it
-    # asked for a short one of its own (docs/design.md, "Who gets the CPU").
-    acting_slice_us: int = _f(100, "CPU time slice, in microseconds, that the acting thread asks Linux for (6.12 and "
-                                   "later; 100 to 100000), so that it runs as soon as it wakes instead of waiting "
-                                   "out a busy thread's slice; 0 leaves the kernel's default. Elsewhere it does "
-                                   "nothing.", min=0, max=100_000, group="runtime")
     learner: str = _f("thread", "Where the learner runs: thread (in the bot's process) or process (a child process: "
                                 "acting gets an interpreter of its own, no GIL shared with training).",
                       choices=("thread", "process"), group="runtime")
@@ -239,9 +232,6 @@ class Config:
         for name in ("run_dir", "weights_path"):
             if not getattr(self, name).strip():
                 raise ConfigError(f"{name} = {getattr(self, name)!r} is not accepted: expected a path")
-        if 0 < self.acting_slice_us < 100:
-            raise ConfigError(f"acting_slice_us = {self.acting_slice_us} is not accepted: expected 0 (off) or "
-                              "100 to 100000 (the kernel's bounds on a time slice)")
         if self.tensorboard and not self.tensorboard.strip():  # "" is off; " " made a directory named " "
             raise ConfigError(f"tensorboard = {self.tensorboard!r} is not accepted: expected a directory path, "
                               "or empty for off")

@@ -36,8 +36,6 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--rates", type=int, nargs="+", default=[30, 200], help="realtime ticks per second to test")
     p.add_argument("--learner-nice", type=int, default=None, help="the learner's niceness (default: the config's)")
-    p.add_argument("--acting-slice-us", type=int, default=None,
-                   help="the acting thread's time slice (default: the config's; 0 the kernel's own)")
     p.add_argument("--load", type=int, default=0, help="CPU-bound processes running beside the bot")
     a = p.parse_args()
     with cpu_load(a.load):
@@ -52,8 +50,7 @@ def bench(a: argparse.Namespace) -> None:
     tmp = scratch_dir("sacbot-bench-")
     cfg = Config(hidden=a.hidden, learning_starts=64, utd_ratio=8.0, calib_updates=10, quiet=True,
                  run_dir=os.path.join(tmp, "run"), weights_path=os.path.join(tmp, "w"), save_interval=10**9,
-                 **({} if a.learner_nice is None else {"learner_nice": a.learner_nice}),
-                 **({} if a.acting_slice_us is None else {"acting_slice_us": a.acting_slice_us}))
+                 **({} if a.learner_nice is None else {"learner_nice": a.learner_nice}))
     obs_space = gym.spaces.Box(-1, 1, (a.obs_dim,), np.float32)
     act_space = gym.spaces.Box(-1, 1, (4,), np.float32)
     agent = Agent(cfg, obs_space, act_space)
@@ -137,7 +134,7 @@ def bench(a: argparse.Namespace) -> None:
     learner_steps = agent.status()["learner_steps"]
     agent.close()
     print(json.dumps({"bench": "acting", "hidden": a.hidden, "obs_dim": a.obs_dim, "load": a.load,
-                      "learner_nice": cfg.learner_nice, "acting_slice_us": cfg.acting_slice_us,
+                      "learner_nice": cfg.learner_nice,
                       "act_idle": pct(idle), "act_saturated": pct(sat), "torch_policy_saturated": pct(tlat),
                       "publish_hold": pct(publish_holds), "pull_hold": pct(pull_holds),
                       "policy_lag_versions": {"median": float(np.median(lags)), "max": int(max(lags))},
