@@ -48,7 +48,8 @@ def test_every_preset_value_is_taken_back_by_a_flag_an_env_var_or_a_toml_key(env
     assert getattr(load_config(str(toml), {}, {"env": env_id}), key) == default
 
 
-@pytest.mark.parametrize("env_id", ["Pendulum-v1", "MountainCarContinuous-v0", "sacbot/CueMemory-v0"])
+@pytest.mark.parametrize("env_id", ["Pendulum-v1", "MountainCarContinuous-v0", "sacbot/CueMemory-v0",
+                                    "sacbot/Pendulum-P-v0", "sacbot/TankDuelRadar-v0"])
 def test_an_env_without_a_preset_trains_at_the_defaults(env_id):
     assert preset_for(env_id) is None
     cfg = load_config(None, {}, {"env": env_id})
@@ -74,12 +75,12 @@ def test_an_id_without_a_version_gets_the_preset_of_the_version_gymnasium_plays(
 
 
 def test_a_conflict_the_preset_causes_names_the_preset_and_the_value_it_set():
-    # Pendulum-P's preset turns reward_input on; critic_obs given by the user conflicts with it.
-    with pytest.raises(ConfigError, match=r"reward_input = True comes from the preset for sacbot/Pendulum-P-v0"):
-        load_config(None, {}, {"env": "sacbot/Pendulum-P-v0", "critic_obs": "2"})
+    # Pendulum-V's preset turns reward_input on; critic_obs given by the user conflicts with it.
+    with pytest.raises(ConfigError, match=r"reward_input = True comes from the preset for sacbot/Pendulum-V-v0"):
+        load_config(None, {}, {"env": "sacbot/Pendulum-V-v0", "critic_obs": "2"})
     # The user's own conflict is reported as it was, with no preset named.
     with pytest.raises(ConfigError, match=r"turn one off$"):
         load_config(None, {}, {"env": "Pendulum-v1", "critic_obs": "2", "reward_input": "1"})
     # And overriding the preset's value resolves it, as the message says.
-    fixed = load_config(None, {}, {"env": "sacbot/Pendulum-P-v0", "critic_obs": "2", "reward_input": "0"})
+    fixed = load_config(None, {}, {"env": "sacbot/Pendulum-V-v0", "critic_obs": "2", "reward_input": "0"})
     assert (fixed.critic_obs, fixed.reward_input) == (2, False)

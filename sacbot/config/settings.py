@@ -153,7 +153,7 @@ class Config:
                               group="learner")
     reward_input: bool = _f(False, "Give the actor and critic the previous reward as one more input (pomdp-baselines "
                                    "does): it reveals state that a partial observation hides (Pendulum-V: the "
-                                   "angle). The POMDP Pendulums' presets turn it on. It shares the input "
+                                   "angle). Pendulum-V's preset turns it on. It shares the input "
                                    "quantizer's one scale with the observation, so rewards should be of the "
                                    "observation's size (or squashed: reward_input_squash); the game must call "
                                    "observe() every tick, eval too.",
