@@ -489,29 +489,6 @@ def test_a_critic_without_memory_reads_each_step_alone(critic_memory):
     assert (q[:, 1] - seen(acted)[0][:, 1]).abs().max().item() > 1e-4
 
 
-@pytest.mark.parametrize("shortcut", [False, True])
-def test_the_critic_shortcut_hands_the_heads_the_current_step(shortcut):
-    """--critic-shortcut: the heads read the current step's features beside h.  With an LSTM whose
-    output is 0 whatever it reads (every weight and bias 0), Q still depends on the current
-    observation with the shortcut and on nothing but the action without it."""
-    learner = SACLSTMLearner(3, 1, Config(quant="off", seed=0, hidden=8, critic_shortcut=shortcut))
-    critic = learner.critic
-    assert tuple(critic.w1h.shape) == (2, 16 if shortcut else 8, 128)
-    with torch.no_grad():
-        for p in critic.lstm.parameters():
-            p.zero_()
-    obs = torch.as_tensor(np.random.default_rng(0).normal(size=(5, 4, 3)), dtype=torch.float32)
-    prev, act = torch.zeros(5, 4, 1), torch.full((5, 4, 1), 0.3)
-
-    def q(o):
-        return critic.heads(critic.head_input(critic.core(o, prev)), act).detach()
-
-    moved = (q(obs) - q(obs + 2.0)).abs().max().item()
-    assert moved > 1e-3 if shortcut else moved == 0.0
-    # The target critic is built the same way, so its polyak copy lines up parameter for parameter.
-    assert [p.shape for p in learner.target.parameters()] == [p.shape for p in critic.parameters()]
-
-
 def test_a_cpu_device_number_is_refused_as_selecting_nothing():
     from sacbot.config import ConfigError
     from sacbot.learning.sac import resolve_device

@@ -151,10 +151,6 @@ class Config:
                                    "whose critic-only values (critic_obs) carry the hidden state: the critic "
                                    "then sees the state itself. The actor keeps its memory either way.",
                               group="learner")
-    critic_shortcut: bool = _f(False, "The critic's Q heads read the current step's features (its fc1 output) "
-                                      "beside the LSTM's output, as pomdp-baselines' recurrent critic does: what "
-                                      "is seen now reaches the value without passing through the recurrence.",
-                               group="learner")
     reward_input: bool = _f(False, "Give the actor and critic the previous reward as one more input (pomdp-baselines "
                                    "does): it reveals state that a partial observation hides (Pendulum-V: the "
                                    "angle). Pendulum-V's preset turns it on. It shares the input "

@@ -106,37 +106,31 @@ class Actor(nn.Module):
 
 
 class Critic(nn.Module):
-    """One recurrent core for the history, twin Q heads on [h_t, a_t].  With ``shortcut``
-    (Config.critic_shortcut) the heads read [h_t, z_t, a_t], z_t = relu(fc1(obs_t, a_{t-1})): the
-    current step's features reach the value beside the recurrence, not only through it."""
+    """One recurrent core for the history, twin Q heads on [h_t, a_t]."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: int, shortcut: bool = False):
+    def __init__(self, obs_dim: int, act_dim: int, hidden: int):
         super().__init__()
-        self.shortcut = shortcut
         self.fc1 = nn.Linear(obs_dim + act_dim, hidden)
         self.lstm = nn.LSTM(hidden, hidden)  # time-major: see SACLSTMLearner.update
         # Twin heads as stacked (2, in, out) weights so both run in one batched matmul;
-        # the first layer is split into its state and action parts (see ``heads``).
-        state = hidden * (2 if shortcut else 1)
-        heads = [nn.Linear(state + act_dim, FC_HIDDEN) for _ in range(2)]
+        # the first layer is split into its h and a parts (see ``heads``).
+        heads = [nn.Linear(hidden + act_dim, FC_HIDDEN) for _ in range(2)]
         outs = [nn.Linear(FC_HIDDEN, 1) for _ in range(2)]
         w1 = torch.stack([lin.weight.detach().t() for lin in heads])
-        self.w1h = nn.Parameter(w1[:, :state].clone())
-        self.w1a = nn.Parameter(w1[:, state:].clone())
+        self.w1h = nn.Parameter(w1[:, :hidden].clone())
+        self.w1a = nn.Parameter(w1[:, hidden:].clone())
         self.b1 = nn.Parameter(torch.stack([lin.bias.detach() for lin in heads]).unsqueeze(1))
         self.w2 = nn.Parameter(torch.stack([lin.weight.detach().t() for lin in outs]))
         self.b2 = nn.Parameter(torch.stack([lin.bias.detach() for lin in outs]).unsqueeze(1))
 
     def core(self, obs: torch.Tensor, prev_act: torch.Tensor, memory: bool = True) -> torch.Tensor:
-        """What the heads read of the state for every step of time-major (T, B, .) inputs: h, or
-        [h, z] with the shortcut.  Without ``memory`` (Config.critic_memory) each step is a
-        sequence of its own, from a zero state."""
+        """h for every step of time-major (T, B, .) inputs.  Without ``memory`` (Config.critic_memory)
+        each step is a sequence of its own, from a zero state."""
         if not memory:
             T, B = obs.shape[:2]
             return self.core(obs.reshape(1, T * B, -1), prev_act.reshape(1, T * B, -1)).reshape(T, B, -1)
-        z = F.relu(self.fc1(torch.cat([obs, prev_act], -1)))
-        h, _ = self.lstm(z)
-        return torch.cat([h, z], -1) if self.shortcut else h
+        h, _ = self.lstm(F.relu(self.fc1(torch.cat([obs, prev_act], -1))))
+        return h
 
     def head_input(self, h: torch.Tensor) -> torch.Tensor:
         """The h-dependent half of the heads' first layer, (T*B, 2*128): both heads side
@@ -180,8 +174,8 @@ class SACLSTMLearner:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
             self.actor = Actor(obs_dim, act_dim, cfg.hidden, quant, cfg.quant_bits, cfg.critic_obs)
-            self.critic = Critic(obs_dim, act_dim, cfg.hidden, cfg.critic_shortcut)
-            self.target = Critic(obs_dim, act_dim, cfg.hidden, cfg.critic_shortcut)
+            self.critic = Critic(obs_dim, act_dim, cfg.hidden)
+            self.target = Critic(obs_dim, act_dim, cfg.hidden)
         self.target.load_state_dict(self.critic.state_dict())
         self.target.requires_grad_(False)
         # Eval mode: the target never backpropagates, and oneDNN's inference LSTM skips the

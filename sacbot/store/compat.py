@@ -15,7 +15,6 @@ RESUME_FIELDS = {
     "quant_bits": "the integer grid the actor's scales were learned for",
     "memoryless": "whether the actor and critic were trained with a recurrent state at all",
     "critic_memory": "whether the critic read the history or each step alone",
-    "critic_shortcut": "the critic's heads' inputs (the current step's features beside the LSTM's)",
     "reward_input": "the networks' inputs (the previous reward is one of them)",
     "reward_input_squash": "how the previous reward is scaled as the networks' input",
     "critic_obs": "which observation values the actor reads (the rest are the critic's alone)",
@@ -23,8 +22,7 @@ RESUME_FIELDS = {
 
 
 # A saved config without these fields was trained with this value (the field came later).
-ABSENT_MEANS = {"reward_input": False, "reward_input_squash": "off", "critic_obs": 0, "critic_memory": True,
-               "critic_shortcut": False}
+ABSENT_MEANS = {"reward_input": False, "reward_input_squash": "off", "critic_obs": 0, "critic_memory": True}
 
 
 def config_differences(saved_cfg: dict, cfg: dict) -> list[tuple[str, object, object]]:
