@@ -489,6 +489,36 @@ def test_a_critic_without_memory_reads_each_step_alone(critic_memory):
     assert (q[:, 1] - seen(acted)[0][:, 1]).abs().max().item() > 1e-4
 
 
+def test_the_critic_layer_norm_normalizes_each_head_on_its_own(monkeypatch):
+    """--critic-layer-norm: each head's hidden layer, before its gain and bias, has mean 0 and
+    variance 1 over its 128 units, whatever scale its inputs come at; an update trains the gains."""
+    cfg = Config(quant="off", seed=0, hidden=8, critic_layer_norm=True)
+    learner = SACLSTMLearner(2, 1, cfg)
+    critic, seen = learner.critic, {}
+    orig = torch.nn.functional.layer_norm
+
+    def spy(x, shape, *args, **kw):
+        seen["y"] = orig(x, shape, *args, **kw)
+        return seen["y"]
+
+    monkeypatch.setattr(torch.nn.functional, "layer_norm", spy)
+    obs = torch.as_tensor(np.random.default_rng(0).normal(size=(5, 4, 2)) * 100.0, dtype=torch.float32)
+    q = critic.heads(critic.head_input(critic.core(obs, torch.zeros(5, 4, 1))), torch.full((5, 4, 1), 0.3))
+    y = seen["y"]
+    assert tuple(y.shape) == (20, 2, 128) and tuple(q.shape) == (2, 5, 4)
+    assert y.mean(-1).abs().max().item() < 1e-4 and (y.var(-1, unbiased=False) - 1).abs().max().item() < 1e-2
+    buf = SequenceReplay(256, 2, 1)
+    rng = np.random.default_rng(0)
+    for i in range(100):
+        buf.add(rng.normal(size=2), [float(rng.uniform(-1, 1))], float(rng.normal()), rng.normal(size=2), False,
+                i % 50 == 49)
+    gain = critic.ln_w.detach().clone()
+    learner.update(buf.sample(8, 6, np.random.default_rng(1)))
+    assert (critic.ln_w.detach() - gain).abs().max().item() > 0
+    assert [p.shape for p in learner.target.parameters()] == [p.shape for p in critic.parameters()]
+    assert not hasattr(SACLSTMLearner(2, 1, Config(quant="off", seed=0, hidden=8)).critic, "ln_w")
+
+
 def test_a_cpu_device_number_is_refused_as_selecting_nothing():
     from sacbot.config import ConfigError
     from sacbot.learning.sac import resolve_device

@@ -151,6 +151,10 @@ class Config:
                                    "whose critic-only values (critic_obs) carry the hidden state: the critic "
                                    "then sees the state itself. The actor keeps its memory either way.",
                               group="learner")
+    critic_layer_norm: bool = _f(False, "Layer norm on the critic's Q heads' hidden layer (as RLPD, Ball et al. "
+                                        "2023, and BRO do): it bounds what the heads can extrapolate from a "
+                                        "few replayed histories.",
+                                 group="learner")
     reward_input: bool = _f(False, "Give the actor and critic the previous reward as one more input (pomdp-baselines "
                                    "does): it reveals state that a partial observation hides (Pendulum-V: the "
                                    "angle). Pendulum-V's preset turns it on. It shares the input "

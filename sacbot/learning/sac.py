@@ -106,10 +106,12 @@ class Actor(nn.Module):
 
 
 class Critic(nn.Module):
-    """One recurrent core for the history, twin Q heads on [h_t, a_t]."""
+    """One recurrent core for the history, twin Q heads on [h_t, a_t].  With ``layer_norm``
+    (Config.critic_layer_norm) each head normalizes its hidden layer before the ReLU."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: int):
+    def __init__(self, obs_dim: int, act_dim: int, hidden: int, layer_norm: bool = False):
         super().__init__()
+        self.layer_norm = layer_norm
         self.fc1 = nn.Linear(obs_dim + act_dim, hidden)
         self.lstm = nn.LSTM(hidden, hidden)  # time-major: see SACLSTMLearner.update
         # Twin heads as stacked (2, in, out) weights so both run in one batched matmul;
@@ -122,6 +124,9 @@ class Critic(nn.Module):
         self.b1 = nn.Parameter(torch.stack([lin.bias.detach() for lin in heads]).unsqueeze(1))
         self.w2 = nn.Parameter(torch.stack([lin.weight.detach().t() for lin in outs]))
         self.b2 = nn.Parameter(torch.stack([lin.bias.detach() for lin in outs]).unsqueeze(1))
+        if layer_norm:  # each head's own gain and bias
+            self.ln_w = nn.Parameter(torch.ones(2, FC_HIDDEN))
+            self.ln_b = nn.Parameter(torch.zeros(2, FC_HIDDEN))
 
     def core(self, obs: torch.Tensor, prev_act: torch.Tensor, memory: bool = True) -> torch.Tensor:
         """h for every step of time-major (T, B, .) inputs.  Without ``memory`` (Config.critic_memory)
@@ -150,7 +155,11 @@ class Critic(nn.Module):
         if detach_params:
             hw, w1a, w2, b2 = hw.detach(), w1a.detach(), w2.detach(), b2.detach()
         T, B, A = act.shape
-        y = F.relu(torch.addmm(hw, act.reshape(T * B, A), w1a.permute(1, 0, 2).reshape(A, -1)))
+        y = torch.addmm(hw, act.reshape(T * B, A), w1a.permute(1, 0, 2).reshape(A, -1))
+        if self.layer_norm:
+            ln_w, ln_b = (self.ln_w.detach(), self.ln_b.detach()) if detach_params else (self.ln_w, self.ln_b)
+            y = (F.layer_norm(y.view(T * B, 2, FC_HIDDEN), (FC_HIDDEN,)) * ln_w + ln_b).view(T * B, -1)
+        y = F.relu(y)
         # Second layer (128 -> 1 per head) as one matmul with a block-diagonal (256, 2)
         # weight; a multiply-and-sum over each head's half cost ~1 ms more per update.
         q = torch.addmm(b2.view(2), y, torch.block_diag(w2[0], w2[1]))
@@ -174,8 +183,8 @@ class SACLSTMLearner:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
             self.actor = Actor(obs_dim, act_dim, cfg.hidden, quant, cfg.quant_bits, cfg.critic_obs)
-            self.critic = Critic(obs_dim, act_dim, cfg.hidden)
-            self.target = Critic(obs_dim, act_dim, cfg.hidden)
+            self.critic = Critic(obs_dim, act_dim, cfg.hidden, cfg.critic_layer_norm)
+            self.target = Critic(obs_dim, act_dim, cfg.hidden, cfg.critic_layer_norm)
         self.target.load_state_dict(self.critic.state_dict())
         self.target.requires_grad_(False)
         # Eval mode: the target never backpropagates, and oneDNN's inference LSTM skips the

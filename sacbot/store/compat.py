@@ -15,6 +15,7 @@ RESUME_FIELDS = {
     "quant_bits": "the integer grid the actor's scales were learned for",
     "memoryless": "whether the actor and critic were trained with a recurrent state at all",
     "critic_memory": "whether the critic read the history or each step alone",
+    "critic_layer_norm": "the critic's heads' layers (layer norm has parameters of its own)",
     "reward_input": "the networks' inputs (the previous reward is one of them)",
     "reward_input_squash": "how the previous reward is scaled as the networks' input",
     "critic_obs": "which observation values the actor reads (the rest are the critic's alone)",
@@ -22,7 +23,8 @@ RESUME_FIELDS = {
 
 
 # A saved config without these fields was trained with this value (the field came later).
-ABSENT_MEANS = {"reward_input": False, "reward_input_squash": "off", "critic_obs": 0, "critic_memory": True}
+ABSENT_MEANS = {"reward_input": False, "reward_input_squash": "off", "critic_obs": 0, "critic_memory": True,
+               "critic_layer_norm": False}
 
 
 def config_differences(saved_cfg: dict, cfg: dict) -> list[tuple[str, object, object]]:
