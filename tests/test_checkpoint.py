@@ -20,7 +20,7 @@ from helpers import build_zip, dir_digests, load_tool
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sacbot.config import Config
+from sacbot.config import Config, ConfigError
 from sacbot.learning.replay import CHUNK_MIN_ROWS as C  # rows per replay chunk at the capacities used here
 from sacbot.learning.training import TrainingState, handle_message, train_pass
 from sacbot.store import checkpoint as ck
@@ -867,6 +867,22 @@ def test_the_memoryless_control_resumes_whatever_critic_memory_says():
     saved = {k: v for k, v in Config(hidden=8).to_dict().items() if k != "critic_memory"}
     assert ck.config_differences(saved, Config(hidden=8, critic_memory=False).to_dict()) == [
         ("critic_memory", True, False)]
+
+
+def test_settings_not_given_follow_the_saved_bot_and_an_absent_field_means_its_old_value():
+    from sacbot.store.compat import follow_saved
+
+    saved = {k: v for k, v in Config(hidden=8, critic_layer_norm=False).to_dict().items() if k != "critic_layer_norm"}
+    now = Config(hidden=32, critic_layer_norm=True, lr=1e-3)
+    cfg, changed = follow_saved(now, saved, given=frozenset({"lr"}), path="x.zip")
+    assert changed == {"hidden": 8, "critic_layer_norm": False}  # absent: trained before the field, without it
+    assert (cfg.hidden, cfg.critic_layer_norm, cfg.lr) == (8, False, 1e-3)  # lr shapes no network: kept
+    assert ck.config_differences(saved, cfg.to_dict()) == []
+    cfg, changed = follow_saved(now, saved, given=frozenset({"hidden"}), path="x.zip")
+    assert changed == {"critic_layer_norm": False} and cfg.hidden == 32  # given: kept, and check_shapes refuses
+    assert follow_saved(cfg, saved, given=frozenset(), path="x.zip")[1] == {"hidden": 8}
+    with pytest.raises(ConfigError, match=r"x\.zip holds a bot trained with hidden = -3.*hidden"):
+        follow_saved(now, {**saved, "hidden": -3}, given=frozenset(), path="x.zip")
 
 
 def test_other_fields_resume_and_several_differences_are_all_named():

@@ -535,3 +535,32 @@ def test_eval_and_run_play_the_env_their_bot_was_trained_on_and_eval_takes_a_che
                        (["eval", str(w / "sac_latest.zip"), "--weights-path", str(w)], "not both")):
         p = cli(tmp_path, *args)
         assert p.returncode == 2 and says in p.stderr, p.stderr
+
+
+@pytest.mark.timeout(180)
+def test_a_resume_keeps_the_network_settings_the_bot_was_trained_with_unless_they_are_given(tmp_path):
+    w, run = str(tmp_path / "w"), str(tmp_path / "run")
+    p = cli(tmp_path, "run", "--env", "Pendulum-v1", "--steps", "120", "--learning-starts", "100", "--hidden", "8",
+            "--weights-path", w, "--run-dir", run, "--quiet")
+    assert p.returncode == 0, p.stderr
+    # A TOML file or a flag that gives another value is refused, naming both; nothing changes.
+    (tmp_path / "bot.toml").write_text("hidden = 16\n")
+    for given, env in ((["--hidden", "16"], {}), (["--config", str(tmp_path / "bot.toml")], {}),
+                       ([], {"SACBOT_HIDDEN": "16"})):
+        p = cli(tmp_path, "run", "--steps", "240", "--weights-path", w, "--run-dir", run, "--quiet", *given, env=env)
+        assert p.returncode == 2 and "hidden = 8, this run asks for hidden = 16" in p.stderr, p.stderr
+    assert read_checkpoint(os.path.join(w, "sac_latest.zip"))["meta"]["env_steps"] == 120
+    # Not given: the bot's own (a default or preset changed since would not refuse it either).
+    p = cli(tmp_path, "run", "--steps", "240", "--weights-path", w, "--run-dir", run, "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert "going on with the bot in" in p.stderr and "hidden=8 as it was trained" in p.stderr, p.stderr
+    ckpt = read_checkpoint(os.path.join(w, "sac_latest.zip"))
+    assert ckpt["meta"]["env_steps"] == 120 + 240 and ckpt["manifest"]["config"]["hidden"] == 8
+    # Eval follows what decides how the bot plays: the memoryless control plays without a state.
+    m = str(tmp_path / "m")
+    p = cli(tmp_path, "run", "--env", "Pendulum-v1", "--steps", "120", "--learning-starts", "100", "--hidden", "8",
+            "--memoryless", "--weights-path", m, "--run-dir", run, "--quiet")
+    assert p.returncode == 0, p.stderr
+    p = cli(tmp_path, "eval", "--weights-path", m, "--episodes", "1", "--run-dir", str(tmp_path / "e"), "--json")
+    assert p.returncode == 0 and "memoryless=True as it was trained" in p.stderr, p.stderr
+    assert "hidden=" not in p.stderr  # the export carries its own sizes: nothing else follows in eval

@@ -249,10 +249,12 @@ def test_a_shared_learner_trains_one_bot_on_every_games_experience_and_saves_it_
     assert saved["meta"]["env_steps"] == 60 and saved["meta"]["grad_steps"] > 0
     assert not (root / "left" / "weights" / "sac_latest.zip").exists()  # no bot saves a learner of its own
     assert (root / "left" / "run" / "episodes.jsonl").exists() and (root / "right" / "run" / "episodes.jsonl").exists()
-    # A restarted server resumes the shared bot, and a returning game keeps its source.
-    with serving(tmp_path, shared_learner=True, cfg={"learning_starts": 8, "learner": learner}) as server:
+    # A restarted server resumes the shared bot, and a returning game keeps its source; the server's
+    # hidden (16, not given) follows the bot's 32 for every game.
+    with serving(tmp_path, shared_learner=True, given=frozenset({"env"}),
+                 cfg={"learning_starts": 8, "learner": learner, "hidden": 16}) as server:
         c = client(server, "right")
-        c.connect()
+        assert c.connect()["settings"]["hidden"] == 32
         play(c, 5)
         assert server.status()["shared_learner"]["sources"]["right"] == 1
         c.close()
@@ -279,6 +281,23 @@ def test_a_unix_socket_serves_and_is_removed_at_stop(tmp_path):
             play(c, 3)
         assert server.status()["listen"] == [f"unix {path}"]
     assert not os.path.exists(path)
+
+
+@pytest.mark.timeout(180)
+def test_a_served_bot_keeps_the_network_settings_it_was_trained_with_unless_they_are_given(tmp_path):
+    with serving(tmp_path, cfg={"hidden": 16}) as server, client(server) as c:
+        play(c, 20)
+    latest = str(tmp_path / "root" / "b" / "weights" / "sac_latest.zip")
+    # The server's hidden (32) was not given: the saved bot's 16 is used, and the bot resumes.
+    with serving(tmp_path, given=frozenset({"env"})) as server, client(server) as c:
+        assert c.welcome["resumed_from"] == latest and c.welcome["settings"]["hidden"] == 16
+        play(c, 3)
+    assert ck.read_checkpoint(latest)["meta"]["env_steps"] == 23
+    # Given, it stays, and the bot is refused with both values named (its files kept).
+    with serving(tmp_path, given=frozenset({"hidden"})) as server:
+        with pytest.raises(ServerError, match="hidden = 16.*hidden = 32"):
+            client(server).connect()
+    assert ck.read_checkpoint(latest)["meta"]["env_steps"] == 23
 
 
 @pytest.mark.timeout(120)

@@ -90,7 +90,8 @@ def with_env_critic_obs(cfg: Config, env: gym.Env) -> Config:
         return cfg
     if cfg.critic_obs:
         raise ConfigError(f"critic_obs = {cfg.critic_obs}, but {cfg.env} declares its last {declared} observation "
-                          f"values critic-only; leave critic_obs unset (or {declared})")
+                          f"values critic-only; leave critic_obs unset (or {declared}); a bot trained with another "
+                          "critic_obs cannot go on in this game")
     log.info("%s declares its last %d observation values critic-only: the actor never reads them "
              "(critic_obs=%d)", cfg.env, declared, declared)
     return dataclasses.replace(cfg, critic_obs=declared)

@@ -17,7 +17,7 @@ import sys
 import threading
 
 from sacbot import __version__
-from sacbot.config import ConfigError, add_arguments, env_given, from_args
+from sacbot.config import Config, ConfigError, add_arguments, env_given, from_args, given_settings
 from sacbot.console import Signals, setup_logging
 
 log = logging.getLogger("sacbot")
@@ -119,19 +119,7 @@ def cmd_run(args, eval_mode: bool) -> int:
             raise ConfigError(f"CHECKPOINT {args.checkpoint!r} is not accepted: expected an existing checkpoint file "
                               "(a .zip, as sacbot run writes; a directory goes to --weights-path)")
         args.weights_path = args.checkpoint
-    if env_given(args):
-        cfg = from_args(args)
-    else:  # the saved bot's env, if there is one: the default's preset line is said only if it applies
-        logger = logging.getLogger("sacbot")
-        level = logger.level
-        logger.setLevel(logging.WARNING)
-        try:
-            first = from_args(args)
-        finally:
-            logger.setLevel(level)
-        cfg = _with_saved_env(args, first)
-        if cfg is first:
-            cfg = from_args(args)
+    cfg = _resume_config(args)
     if cfg.eval_mode:
         if getattr(args, "json", False):
             cfg = dataclasses.replace(cfg, quiet=True)
@@ -219,26 +207,43 @@ def cmd_run(args, eval_mode: bool) -> int:
     return 0
 
 
-def _with_saved_env(args, cfg):
-    """``cfg`` playing the env (and env kwargs) of the bot in its weights path, when the user named
-    none: a Pendulum bot is resumed or evaluated on Pendulum without --env.  A bot that cannot be
-    read here is left to the start, which says what is wrong with it."""
-    from sacbot.store.errors import CheckpointError
-    from sacbot.store.read import read_checkpoint
-    from sacbot.store.weights_dir import candidates
+def _resume_config(args) -> Config:
+    """The run's settings, going on from the bot in its weights path if there is one: with no env
+    named, the bot's env (and env kwargs), so a Pendulum bot is resumed or evaluated on Pendulum
+    without --env; and the settings that shape its networks that the user did not give, as it was
+    trained (``follow_saved``), so a default or preset changed since does not refuse it.  A bot that
+    cannot be read here is left to the start, which says what is wrong with it."""
+    from sacbot.store.load import saved_config
 
+    logger = logging.getLogger("sacbot")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # the pass that finds the weights path: its lines are said once, below
     try:
-        newest = candidates(cfg.weights_dir, cfg.latest_name)
-        saved = read_checkpoint(newest[0], entries=("actor",))["manifest"].get("config") if newest else None
-    except (CheckpointError, OSError):
-        return cfg
-    if not isinstance(saved, dict) or not isinstance(saved.get("env"), str) or saved["env"] == cfg.env:
-        return cfg
-    args.env = saved["env"]
-    if args.env_kwargs is None and isinstance(saved.get("env_kwargs"), str):
-        args.env_kwargs = saved["env_kwargs"]
-    log.info("playing %s, the env the bot in %s was trained on (--env chooses another)", args.env, cfg.weights_path)
-    return from_args(args)
+        first = from_args(args)
+        given = given_settings(args, warn=False)
+    finally:
+        logger.setLevel(level)
+    found = saved_config(first.weights_dir, first.latest_name)
+    saved = found[0] if found is not None else {}
+    if not env_given(args) and isinstance(saved.get("env"), str) and saved["env"] != first.env:
+        args.env = saved["env"]
+        if args.env_kwargs is None and isinstance(saved.get("env_kwargs"), str):
+            args.env_kwargs = saved["env_kwargs"]
+        log.info("playing %s, the env the bot in %s was trained on (--env chooses another)", args.env,
+                 first.weights_path)
+    cfg = from_args(args)
+    return _follow_saved_bot(cfg, given, found) if found is not None else cfg
+
+
+def _follow_saved_bot(cfg: Config, given: frozenset[str], found: tuple[dict, str] | None = None) -> Config:
+    """``cfg`` with the settings that shape the saved bot's networks, as it was trained, where the
+    user gave none (said in the log)."""
+    from sacbot.store.load import follow_saved_bot
+
+    cfg, said, path = follow_saved_bot(cfg, given, found)
+    if said:
+        log.info("going on with the bot in %s: %s", path, said)
+    return cfg
 
 
 def cmd_inspect(args) -> int:
@@ -285,7 +290,8 @@ def cmd_inspect(args) -> int:
 def cmd_cluster(args) -> int:
     from sacbot.app.cluster import ClusterArgs, run_cluster
 
-    cfg = from_args(args)
+    # The learner goes on with the bot in --weights-path: its network settings follow it unless given.
+    cfg = _follow_saved_bot(from_args(args), given_settings(args, warn=False))
     a = ClusterArgs(bots=args.bots, address=args.address, root=args.root, learner_cpus=args.learner_cpus,
                     learner_gpus=args.learner_gpus, bot_cpus=args.bot_cpus, freeze_timeout=args.freeze_timeout)
     stop = threading.Event()

@@ -55,7 +55,8 @@ def _mismatch(cfg: Config, e: Exception) -> ConfigError:
     done = (f"Nothing in {cfg.weights_dir!r} was changed." if not moved else
             f"No checkpoint in {cfg.weights_dir!r} was written or overwritten; only damaged files were kept "
             f"aside: {', '.join(os.path.basename(p) for p in moved)}.")
-    return ConfigError(f"{e}. To go on with that bot, run with its settings (`sacbot inspect` shows them); "
+    return ConfigError(f"{e}. To go on with that bot, run with its settings (`sacbot inspect` shows them; the "
+                       "sacbot commands take those that shape its networks from the bot when none is given); "
                        f"for a new bot, pass another --weights-path. {done}")
 
 

@@ -28,6 +28,7 @@ from sacbot.config.sources import (  # noqa: F401
     coerce,
     env_given,
     from_args,
+    given_settings,
     load_config,
     resolve_env_id,
 )

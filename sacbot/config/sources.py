@@ -143,7 +143,7 @@ def _toml_layer(path: str | None, by_name: Mapping[str, dataclasses.Field]) -> L
     return {key: (raw, f"{path}: {key}") for key, raw in doc.items()}
 
 
-def _env_layer(env: Mapping[str, str], by_name: Mapping[str, dataclasses.Field]) -> Layer:
+def _env_layer(env: Mapping[str, str], by_name: Mapping[str, dataclasses.Field], warn: bool = True) -> Layer:
     """``SACBOT_*`` names, and the original's ``SACLSTM_*`` aliases below them."""
     unknown = [k for k in env if k.startswith(ENV_PREFIX) and k[len(ENV_PREFIX):].lower()
                not in by_name and k not in NOT_SETTINGS]
@@ -157,8 +157,9 @@ def _env_layer(env: Mapping[str, str], by_name: Mapping[str, dataclasses.Field])
             # which it read so: as unset, the default, here too.
             continue
         if env_name(name) in env:
-            log.warning("both %s=%r and %s=%r are set; using %s (SACBOT_* names win)", alias, env[alias],
-                        env_name(name), env[env_name(name)], env_name(name))
+            if warn:
+                log.warning("both %s=%r and %s=%r are set; using %s (SACBOT_* names win)", alias, env[alias],
+                            env_name(name), env[env_name(name)], env_name(name))
             continue
         layer[name] = (env[alias], alias)
     for name in by_name:
@@ -303,6 +304,21 @@ def from_args(ns, env: Mapping[str, str] | None = None) -> Config:
     env = os.environ if env is None else env
     toml_path = getattr(ns, "config", None) or env.get("SACBOT_CONFIG")
     return load_config(toml_path, env, cli)
+
+
+def given_settings(ns, env: Mapping[str, str] | None = None, warn: bool = True) -> frozenset[str]:
+    """The names of the settings the user gave (flags, ``SACBOT_*`` and the original's variables,
+    the TOML file), as opposed to those left to a preset or the defaults: a command resuming a
+    saved bot lets the rest of those that shape its networks follow the bot.  ``warn=False``:
+    the variables' warnings are not said again (``from_args`` says them)."""
+    by_name = {f.name: f for f in fields(Config)}
+    env = os.environ if env is None else env
+    cli = {f.name: getattr(ns, f.name, None) for f in fields(Config)}
+    toml_path = getattr(ns, "config", None) or env.get("SACBOT_CONFIG")
+    names: set[str] = set()
+    for layer in (_toml_layer(toml_path, by_name), _env_layer(env, by_name, warn), _cli_layer(cli, by_name)):
+        names.update(layer)
+    return frozenset(names)
 
 
 def env_given(ns, env: Mapping[str, str] | None = None) -> bool:

@@ -47,6 +47,17 @@ def bot_config(cfg: Config, root: str, name: str, shared: bool = False) -> Confi
                                seed=(cfg.seed + zlib.crc32(name.encode())) % (MAX_SEED + 1))
 
 
+def follow_saved_bot(cfg: Config, given: frozenset[str] | None, say) -> Config:
+    """``cfg`` going on with the bot saved in its weights directory (sacbot.store.load's
+    ``follow_saved_bot``), what followed it said through ``say``."""
+    from sacbot.store.load import follow_saved_bot as follow
+
+    cfg, said, _ = follow(cfg, given)
+    if said:
+        say(f"going on with {said}")
+    return cfg
+
+
 @dataclasses.dataclass
 class Bot:
     name: str
@@ -85,10 +96,13 @@ class Bot:
 
 
 class BotRegistry:
-    def __init__(self, cfg: Config, root: str, stop: threading.Event, max_bots: int = 32, shared=None):
+    def __init__(self, cfg: Config, root: str, stop: threading.Event, max_bots: int = 32, shared=None,
+                 given: frozenset[str] | None = None):
         """``shared``: a :class:`sacbot.serve.shared.SharedLearner` every bot feeds (``--shared-learner``);
-        None: each bot has a learner of its own."""
+        None: each bot has a learner of its own.  ``given``: the settings the user gave; the other
+        settings that shape a bot's networks follow each saved bot (None: none follow)."""
         self.cfg, self.root, self.stop, self.max_bots, self.shared = cfg, root, stop, max_bots, shared
+        self.given = given
         self._bots: dict[str, Bot] = {}
         self._lock = threading.Lock()
         self.learner_failures = 0
@@ -150,6 +164,12 @@ class BotRegistry:
                                                    "evaluate; expected a bot this server (without --eval) has "
                                                    "trained, or another name")
 
+        if self.shared is None:  # with a shared learner the server's config already follows the shared bot
+            try:  # outside the registry's lock: it reads the bot's newest checkpoint
+                cfg = bot.cfg = follow_saved_bot(cfg, self.given, _BotLog(log, {"bot": bot.name}).info)
+            except ConfigError as e:
+                raise ProtocolError("bot_refused", f"bot {bot.name!r} cannot start: {e}; expected a bot this sacbot "
+                                                   "can resume, or another bot name") from None
         # A shared learner's handle for this bot (the learner starts with the first bot); else the
         # Agent assembles a learner of its own.
         link = self.shared.link(bot.name, bot.obs, bot.action) if self.shared is not None and not cfg.eval_mode \

@@ -4,12 +4,13 @@ the server until SIGINT/SIGTERM, then every bot's final save (``sacbot run``'s e
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ipaddress
 import logging
 import os
 import threading
 
-from sacbot.config import Config, ConfigError, env_given, from_args
+from sacbot.config import Config, ConfigError, env_given, from_args, given_settings
 from sacbot.serve import DEFAULT_PORT, MAX_FRAME
 
 log = logging.getLogger("sacbot")
@@ -147,7 +148,8 @@ def cmd_serve(args) -> int:
     from sacbot.serve.server import ServeError, Server
     from sacbot.store.rundir import RunDirClaim, RunDirInUse
 
-    opts = serve_options(args)
+    # Each saved bot keeps the settings that shape its networks unless they are given.
+    opts = dataclasses.replace(serve_options(args), given=given_settings(args, warn=False))
     cfg = serve_config(args)
     try:
         os.makedirs(opts.root, exist_ok=True)

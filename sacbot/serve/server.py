@@ -15,6 +15,7 @@ learners are built by the same assembly an Agent uses (``--learner thread`` or `
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import os
@@ -54,6 +55,9 @@ class ServeOptions:
     max_bots: int = 32
     shared_learner: bool = False  # one learner every bot feeds (sacbot/serve/shared.py)
     hold_ms: float = 0.0  # the most a step's reply waits for a learner that is behind (0: never)
+    # The settings the user gave; the other settings that shape a bot's networks follow each saved
+    # bot, as it was trained (None: none follow, a saved bot of other settings is refused).
+    given: frozenset[str] | None = None
 
 
 class Server:
@@ -61,10 +65,15 @@ class Server:
         self.cfg, self.opts, self.stop = cfg, opts, stop
         self.shared = None
         if opts.shared_learner:
-            from sacbot.serve.shared import SharedLearner
+            from sacbot.serve.bots import follow_saved_bot
+            from sacbot.serve.shared import SharedLearner, shared_weights
 
+            # Every bot plays the shared learner's networks: the server's settings follow its bot.
+            followed = follow_saved_bot(dataclasses.replace(cfg, weights_path=shared_weights(opts.root)),
+                                        opts.given, lambda m: log.info("serve: the shared bot: %s", m))
+            self.cfg = cfg = dataclasses.replace(followed, weights_path=cfg.weights_path)
             self.shared = SharedLearner(cfg, opts.root, stop)
-        self.registry = BotRegistry(cfg, opts.root, stop, opts.max_bots, shared=self.shared)
+        self.registry = BotRegistry(cfg, opts.root, stop, opts.max_bots, shared=self.shared, given=opts.given)
         self.port: int | None = None
         self._listeners: list[socket.socket] = []
         self._threads: list[threading.Thread] = []

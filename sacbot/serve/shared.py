@@ -96,12 +96,17 @@ class SourceLink(LearnerLink):
         return True
 
 
+def shared_weights(root: str) -> str:
+    """The shared bot's weights directory under the server's ``root``."""
+    return os.path.join(root, SHARED_DIR, "weights")
+
+
 class SharedLearner:
     """The server's one learner, started by the first bot that needs it."""
 
     def __init__(self, cfg: Config, root: str, stop: threading.Event):
         self.dir = os.path.join(root, SHARED_DIR)
-        self.cfg = dataclasses.replace(cfg, weights_path=os.path.join(self.dir, "weights"),
+        self.cfg = dataclasses.replace(cfg, weights_path=shared_weights(root),
                                        run_dir=os.path.join(self.dir, "run"), quiet=True)
         self.stop = stop
         self.start: Start | None = None

@@ -5,8 +5,11 @@ Part of :mod:`sacbot.store.checkpoint`, which documents the format and re-export
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Collection
 
+from sacbot.config import Config, ConfigError
 from sacbot.store.errors import CheckpointMismatch
 
 RESUME_FIELDS = {
@@ -25,6 +28,40 @@ RESUME_FIELDS = {
 # A saved config without these fields was trained with this value (the field came later).
 ABSENT_MEANS = {"reward_input": False, "reward_input_squash": "off", "critic_obs": 0, "critic_memory": True,
                "critic_layer_norm": False}
+
+
+def saved_settings(saved_cfg: dict) -> dict:
+    """The value of each field of ``RESUME_FIELDS`` a saved config was trained with: its own, or
+    for a field it lacks what ``ABSENT_MEANS`` says the absence meant (fields with neither are
+    left out)."""
+    return {k: saved_cfg[k] if k in saved_cfg else ABSENT_MEANS[k]
+            for k in RESUME_FIELDS if k in saved_cfg or k in ABSENT_MEANS}
+
+
+# What eval checks of a saved bot: its export carries its own sizes, so only the inputs and whether it
+# carries a recurrent state decide how it plays.
+ACTING_FIELDS = ("memoryless", "reward_input", "reward_input_squash", "critic_obs")
+
+
+def follow_saved(cfg: Config, saved_cfg: dict, given: Collection[str], path: str) -> tuple[Config, dict]:
+    """``cfg`` resuming the bot whose saved config is ``saved_cfg`` (read from ``path``): each
+    setting that shapes its networks (``RESUME_FIELDS``; in eval, ``ACTING_FIELDS``) and that the
+    user did not give (``given``: names set by flags, SACBOT_* variables or the TOML file) takes
+    the value the bot was trained with, so a default or a preset that changed since does not
+    refuse the bot.  A setting the user gave stays, and ``check_shapes`` refuses the resume if it
+    differs.  Returns the config and the settings changed ({} when none)."""
+    follow = ACTING_FIELDS if cfg.eval_mode else RESUME_FIELDS
+    changed = {k: v for k, v in saved_settings(saved_cfg).items()
+               if k in follow and k not in given and getattr(cfg, k, v) != v}
+    if not changed:
+        return cfg, {}
+    try:
+        return dataclasses.replace(cfg, **changed), changed
+    except (ConfigError, TypeError) as e:
+        shown = ", ".join(f"{k} = {v!r}" for k, v in changed.items())
+        raise ConfigError(f"{path} holds a bot trained with {shown}, which this sacbot cannot take on: {e}; a new "
+                          "bot needs a weights directory of its own (sacbot serve: another bot name or --root)") \
+            from None
 
 
 def config_differences(saved_cfg: dict, cfg: dict) -> list[tuple[str, object, object]]:

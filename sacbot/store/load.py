@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Collection
 
 import numpy as np
 
+from sacbot.config import Config
 from sacbot.console import Log
-from sacbot.store.compat import check_shapes
+from sacbot.store.compat import check_shapes, follow_saved
 from sacbot.store.errors import (
     CheckpointError,
     CheckpointMismatch,
@@ -80,6 +82,43 @@ def load_latest(directory: str, expect: dict | None = None, entries: tuple[str, 
         e.set_aside = moved  # so a message does not say "nothing was changed" after a rename
         raise
     return None
+
+
+def saved_config(directory: str, latest_name: str = LATEST) -> tuple[dict, str] | None:
+    """(the saved config, its path) of the checkpoint a start would load first: the newest in
+    ``directory`` that reads (its actor and manifest only); None when there is none, when it has
+    no config, or when a file stops loading (a newer format, one the system will not read).  Moves
+    nothing; ``load_latest`` later judges the files and says what is wrong with them."""
+    try:
+        paths = candidates(directory, latest_name)
+    except (CheckpointError, OSError):
+        return None
+    for path in paths:
+        try:
+            cfg = read_checkpoint(path, entries=("actor",))["manifest"].get("config")
+        except CheckpointStop:
+            return None  # loading stops here too: no older file's settings are the bot's
+        except (CheckpointError, OSError):
+            continue
+        return (cfg, path) if isinstance(cfg, dict) else None
+    return None
+
+
+def follow_saved_bot(cfg: Config, given: Collection[str] | None,
+                     found: tuple[dict, str] | None = None) -> tuple[Config, str, str]:
+    """``cfg`` going on with the bot saved in its weights path (``found``, else ``saved_config``):
+    the settings that shape its networks that the user did not give (``given``; None: nothing
+    follows) as it was trained (``follow_saved``).  Returns the config, a line saying what followed
+    ("" when nothing did) and the file read ("" when none)."""
+    if given is None:
+        return cfg, "", ""
+    found = found or saved_config(cfg.weights_dir, cfg.latest_name)
+    if found is None:
+        return cfg, "", ""
+    cfg, changed = follow_saved(cfg, found[0], given, found[1])
+    said = ", ".join(f"{k}={v}" for k, v in changed.items())
+    return cfg, (f"{said} as it was trained (the settings that shape its networks follow the saved bot unless "
+                 "you give them)" if changed else ""), found[1]
 
 
 def load_actor(path: str) -> dict[str, np.ndarray]:
