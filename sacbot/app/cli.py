@@ -221,8 +221,12 @@ def _resume_config(args) -> Config:
     try:
         first = from_args(args)
         given = given_settings(args, warn=False)
+    except ConfigError:
+        first = None
     finally:
         logger.setLevel(level)
+    if first is None:
+        return from_args(args)  # raises the same error, after saying the warnings that came before it
     found = saved_config(first.weights_dir, first.latest_name)
     saved = found[0] if found is not None else {}
     if not env_given(args) and isinstance(saved.get("env"), str) and saved["env"] != first.env:
