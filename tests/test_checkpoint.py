@@ -327,6 +327,22 @@ def test_corruption_gives_checkpoint_error_keeps_file_and_falls_back(good_dir, c
     assert any(".corrupt-" in f for f in os.listdir(good_dir))
 
 
+def test_the_saved_settings_are_read_from_the_file_a_start_would_load_and_nothing_is_moved(good_dir):
+    from sacbot.store.load import saved_config
+
+    latest = good_dir / ck.LATEST
+    os.unlink(good_dir / "sac_step_20.zip")
+    latest.write_bytes(b"not a zip")  # proven bad: a start sets it aside and loads step 10
+    before = sorted(os.listdir(good_dir))
+    assert saved_config(str(good_dir)) == ({"hidden": 8}, str(good_dir / "sac_step_10.zip"))
+    assert sorted(os.listdir(good_dir)) == before
+    # A newer format stops a start (nothing older is the bot): no settings are taken from an older file.
+    rebuild(good_dir / "sac_step_10.zip", latest, manifest_edit=lambda m: m.update(format_version=99))
+    with pytest.raises(ck.CheckpointStop):
+        ck.read_checkpoint(str(latest))
+    assert saved_config(str(good_dir)) is None and saved_config(str(good_dir / "missing")) is None
+
+
 @pytest.mark.parametrize("expect,match", [({"obs_dim": 4, "act_dim": 1}, r"obs_dim is 3, the networks' .* needs 4"),
                                           ({"obs_dim": 3, "act_dim": 1, "hidden": 16},
                                            "hidden = 8, this run asks for hidden = 16")])
