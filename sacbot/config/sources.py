@@ -224,7 +224,7 @@ def load_config(toml_path: str | None = None, env: Mapping[str, str] | None = No
     env = os.environ if env is None else env
     given: dict[str, Any] = {}
     aliased = False
-    for layer in (_toml_layer(toml_path, by_name), _env_layer(env, by_name), _cli_layer(cli, by_name)):
+    for layer in _user_layers(toml_path, env, cli, by_name):
         for name, (raw, source) in layer.items():
             given[name] = coerce(by_name[name], raw, source)
             aliased = aliased or source in ALIASES
@@ -264,6 +264,19 @@ def load_config(toml_path: str | None = None, env: Mapping[str, str] | None = No
                           f"{given.get('env', Config.env)}; a setting you give overrides it)") from None
 
 
+def _user_layers(toml_path: str | None, env: Mapping[str, str], cli: Mapping[str, Any] | None,
+                 by_name: Mapping[str, dataclasses.Field], warn: bool = True) -> tuple[Layer, Layer, Layer]:
+    """What the user gave, lowest first: the TOML file, the variables, the flags."""
+    return _toml_layer(toml_path, by_name), _env_layer(env, by_name, warn), _cli_layer(cli, by_name)
+
+
+def _ns_sources(ns, env: Mapping[str, str] | None) -> tuple[str | None, Mapping[str, str], dict[str, Any]]:
+    """(TOML path, variables, flags) of parsed arguments ``ns``."""
+    env = os.environ if env is None else env
+    cli = {f.name: getattr(ns, f.name, None) for f in fields(Config)}
+    return getattr(ns, "config", None) or env.get("SACBOT_CONFIG"), env, cli
+
+
 def _builds(values: dict) -> bool:
     try:
         Config(**values)
@@ -300,10 +313,7 @@ def add_arguments(parser, groups: tuple[str, ...] = ("run", "learner", "runtime"
 
 
 def from_args(ns, env: Mapping[str, str] | None = None) -> Config:
-    cli = {f.name: getattr(ns, f.name, None) for f in fields(Config)}
-    env = os.environ if env is None else env
-    toml_path = getattr(ns, "config", None) or env.get("SACBOT_CONFIG")
-    return load_config(toml_path, env, cli)
+    return load_config(*_ns_sources(ns, env))
 
 
 def given_settings(ns, env: Mapping[str, str] | None = None, warn: bool = True) -> frozenset[str]:
@@ -311,14 +321,9 @@ def given_settings(ns, env: Mapping[str, str] | None = None, warn: bool = True) 
     the TOML file), as opposed to those left to a preset or the defaults: a command resuming a
     saved bot lets the rest of those that shape its networks follow the bot.  ``warn=False``:
     the variables' warnings are not said again (``from_args`` says them)."""
-    by_name = {f.name: f for f in fields(Config)}
-    env = os.environ if env is None else env
-    cli = {f.name: getattr(ns, f.name, None) for f in fields(Config)}
-    toml_path = getattr(ns, "config", None) or env.get("SACBOT_CONFIG")
-    names: set[str] = set()
-    for layer in (_toml_layer(toml_path, by_name), _env_layer(env, by_name, warn), _cli_layer(cli, by_name)):
-        names.update(layer)
-    return frozenset(names)
+    toml_path, env, cli = _ns_sources(ns, env)
+    layers = _user_layers(toml_path, env, cli, {f.name: f for f in fields(Config)}, warn)
+    return frozenset(name for layer in layers for name in layer)
 
 
 def env_given(ns, env: Mapping[str, str] | None = None) -> bool:
