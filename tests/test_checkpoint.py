@@ -854,7 +854,8 @@ def test_atomic_write_text_replaces_the_file_whole(tmp_path):
 # --- settings changed on resume ---------------------------------------------------------------
 @pytest.mark.parametrize("field,now", [("hidden", 16), ("quant", "off"), ("quant_bits", 4), ("memoryless", True),
                                        ("reward_input", True), ("reward_input_squash", "symlog"), ("critic_obs", 1),
-                                       ("critic_memory", False), ("critic_layer_norm", True)])
+                                       ("critic_memory", False), ("critic_layer_norm", True),
+                                       ("critic_head_layers", 2), ("critic_head_width", 64)])
 def test_each_field_that_changes_the_learner_is_a_mismatch_naming_both_values(good_dir, field, now):
     saved = Config(hidden=8).to_dict()
     assert ck.config_differences(saved, {**saved, field: now}) == [(field, saved[field], now)]

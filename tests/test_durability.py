@@ -253,7 +253,7 @@ def test_every_setting_changed_on_resume_either_resumes_or_is_a_config_error(tmp
         outcomes[f.name] = "resumed"
     # The ones that change what the saved networks are cannot resume; the rest must.
     for must_refuse in ("hidden", "quant", "quant_bits", "device", "memoryless", "reward_input", "critic_obs",
-                        "critic_memory", "critic_layer_norm"):
+                        "critic_memory", "critic_layer_norm", "critic_head_layers", "critic_head_width"):
         assert outcomes[must_refuse] == "config error", outcomes
     for must_resume in ("buffer_size", "seed", "utd_ratio", "batch_size", "lr", "save_interval"):
         assert outcomes[must_resume] == "resumed", outcomes

@@ -3,6 +3,7 @@ and a memory task that only a recurrent learner can solve."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -517,6 +518,64 @@ def test_the_critic_layer_norm_normalizes_each_head_on_its_own(monkeypatch):
     assert (critic.ln_w.detach() - gain).abs().max().item() > 0
     assert [p.shape for p in learner.target.parameters()] == [p.shape for p in critic.parameters()]
     assert not hasattr(SACLSTMLearner(2, 1, Config(quant="off", seed=0, hidden=8)).critic, "ln_w")
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_deeper_q_heads_compute_each_head_as_a_plain_mlp_and_train(layer_norm):
+    """--critic-head-layers 3 --critic-head-width 16: each Q head is [h_t, a_t] -> 16 -> 16 -> 16 -> 1
+    with its own weights (layer norm, when on, on every hidden layer); the actor loss reaches the
+    action but no critic weight; an update trains every layer; a saved deeper critic does not
+    load into a shallower one."""
+    cfg = Config(quant="off", seed=0, hidden=8, critic_head_layers=3, critic_head_width=16,
+                 critic_layer_norm=layer_norm)
+    learner = SACLSTMLearner(2, 1, cfg)
+    c = learner.critic
+    rng = np.random.default_rng(0)
+    obs = torch.as_tensor(rng.normal(size=(5, 4, 2)), dtype=torch.float32)
+    act = torch.as_tensor(rng.uniform(-1, 1, (5, 4, 1)), dtype=torch.float32).requires_grad_()
+    h = c.core(obs, torch.zeros(5, 4, 1))
+    q = c.heads(c.head_input(h), act)
+
+    def norm(y, k, w, b):
+        return torch.nn.functional.layer_norm(y, (16,)) * w + b if layer_norm else y
+
+    x = torch.cat([h.reshape(20, 8), act.reshape(20, 1)], -1)
+    for k in range(2):  # each head by hand, from the stacked weights
+        y = x @ torch.cat([c.w1h[k], c.w1a[k]]) + c.b1[k]
+        y = torch.relu(norm(y, k, c.ln_w[k], c.ln_b[k]) if layer_norm else y)
+        for i in range(2):
+            y = y @ c.mid_w[i][k] + c.mid_b[i][k]
+            y = torch.relu(norm(y, k, c.mid_ln_w[i][k], c.mid_ln_b[i][k]) if layer_norm else y)
+        ref = (y @ c.w2[k] + c.b2[k]).view(5, 4)
+        assert (q[k] - ref).abs().max().item() < 1e-5
+    c.zero_grad()
+    c.heads(c.head_input(h), act, detach_params=True).sum().backward()
+    assert act.grad is not None and act.grad.abs().sum().item() > 0
+    assert all(p.grad is None for n, p in c.named_parameters() if not n.startswith(("fc1", "lstm")))
+    buf = SequenceReplay(256, 2, 1)
+    for i in range(100):
+        buf.add(rng.normal(size=2), [float(rng.uniform(-1, 1))], float(rng.normal()), rng.normal(size=2), False,
+                i % 50 == 49)
+    before = {n: p.detach().clone() for n, p in c.named_parameters()}
+    learner.update(buf.sample(8, 6, np.random.default_rng(1)))
+    assert [n for n, p in c.named_parameters() if torch.equal(p.detach(), before[n])] == []
+    assert [p.shape for p in learner.target.parameters()] == [p.shape for p in c.parameters()]
+    arrays, meta = learner.state()
+    shallower = SACLSTMLearner(2, 1, dataclasses.replace(cfg, critic_head_layers=2))
+    with pytest.raises(ValueError, match="critic parameters this one lacks: critic.mid_"):
+        shallower.load_state(arrays, meta)
+    same = SACLSTMLearner(2, 1, dataclasses.replace(cfg, seed=5))
+    same.load_state(arrays, meta)
+    assert torch.equal(same.critic.mid_w[1], c.mid_w[1])
+
+
+def test_one_layer_q_heads_keep_the_parameters_they_always_had():
+    """The default (one hidden layer of 128) has no deeper layers' parameters, so bots saved
+    before the setting load as they are."""
+    critic = SACLSTMLearner(2, 1, Config(quant="off", seed=0, hidden=8)).critic
+    assert sorted(critic.state_dict()) == ["b1", "b2", "fc1.bias", "fc1.weight", "lstm.bias_hh_l0", "lstm.bias_ih_l0",
+                                           "lstm.weight_hh_l0", "lstm.weight_ih_l0", "w1a", "w1h", "w2"]
+    assert tuple(critic.w1h.shape) == (2, 8, 128)
 
 
 def test_a_cpu_device_number_is_refused_as_selecting_nothing():

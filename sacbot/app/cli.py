@@ -276,7 +276,8 @@ def cmd_inspect(args) -> int:
     print(f"  byte cap {cap.bytes:,d} ({cap.why}); the entries hold {raw:,d} decompressed bytes")
     cfg = m.get("config", {})
     keys = ("env", "hidden", "batch_size", "seq_len", "utd_ratio", "buffer_size", "quant", "quant_bits",
-            "memoryless", "critic_memory", "critic_layer_norm", "reward_input", "reward_input_squash",
+            "memoryless", "critic_memory", "critic_layer_norm", "critic_head_layers", "critic_head_width",
+            "reward_input", "reward_input_squash",
             "critic_obs", "gamma", "n_step")
     # A file from before a setting existed was trained as ABSENT_MEANS says: show that, since a
     # refused resume sends the user here for the bot's settings.

@@ -151,10 +151,15 @@ class Config:
                                    "whose critic-only values (critic_obs) carry the hidden state: the critic "
                                    "then sees the state itself. The actor keeps its memory either way.",
                               group="learner")
-    critic_layer_norm: bool = _f(False, "Layer norm on the critic's Q heads' hidden layer (as RLPD, Ball et al. "
-                                        "2023, and BRO do): it bounds what the heads can extrapolate from a "
+    critic_layer_norm: bool = _f(False, "Layer norm on each hidden layer of the critic's Q heads (as RLPD, Ball et "
+                                        "al. 2023, and BRO do): it bounds what the heads can extrapolate from a "
                                         "few replayed histories.",
                                  group="learner")
+    critic_head_layers: int = _f(1, "Hidden layers of each Q head, which reads the critic's LSTM output and the "
+                                    "action: with one, the action meets the history in a single layer; SB3's "
+                                    "critic has two on (observation, action).", min=1, max=4, group="learner")
+    critic_head_width: int = _f(128, "Units of each hidden layer of the Q heads (at most 4096).", min=1, max=4096,
+                                group="learner")
     reward_input: bool = _f(False, "Give the actor and critic the previous reward as one more input (pomdp-baselines "
                                    "does): it reveals state that a partial observation hides (Pendulum-V: the "
                                    "angle). Pendulum-V's preset turns it on. It shares the input "

@@ -106,18 +106,20 @@ class Actor(nn.Module):
 
 
 class Critic(nn.Module):
-    """One recurrent core for the history, twin Q heads on [h_t, a_t].  With ``layer_norm``
-    (Config.critic_layer_norm) each head normalizes its hidden layer before the ReLU."""
+    """One recurrent core for the history, twin Q heads on [h_t, a_t]: ``layers`` hidden layers of
+    ``width`` each (Config.critic_head_layers, critic_head_width).  With ``layer_norm``
+    (Config.critic_layer_norm) each head normalizes every hidden layer before its ReLU."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: int, layer_norm: bool = False):
+    def __init__(self, obs_dim: int, act_dim: int, hidden: int, layer_norm: bool = False, layers: int = 1,
+                 width: int = FC_HIDDEN):
         super().__init__()
-        self.layer_norm = layer_norm
+        self.layer_norm, self.width = layer_norm, width
         self.fc1 = nn.Linear(obs_dim + act_dim, hidden)
         self.lstm = nn.LSTM(hidden, hidden)  # time-major: see SACLSTMLearner.update
         # Twin heads as stacked (2, in, out) weights so both run in one batched matmul;
         # the first layer is split into its h and a parts (see ``heads``).
-        heads = [nn.Linear(hidden + act_dim, FC_HIDDEN) for _ in range(2)]
-        outs = [nn.Linear(FC_HIDDEN, 1) for _ in range(2)]
+        heads = [nn.Linear(hidden + act_dim, width) for _ in range(2)]
+        outs = [nn.Linear(width, 1) for _ in range(2)]
         w1 = torch.stack([lin.weight.detach().t() for lin in heads])
         self.w1h = nn.Parameter(w1[:, :hidden].clone())
         self.w1a = nn.Parameter(w1[:, hidden:].clone())
@@ -125,8 +127,19 @@ class Critic(nn.Module):
         self.w2 = nn.Parameter(torch.stack([lin.weight.detach().t() for lin in outs]))
         self.b2 = nn.Parameter(torch.stack([lin.bias.detach() for lin in outs]).unsqueeze(1))
         if layer_norm:  # each head's own gain and bias
-            self.ln_w = nn.Parameter(torch.ones(2, FC_HIDDEN))
-            self.ln_b = nn.Parameter(torch.zeros(2, FC_HIDDEN))
+            self.ln_w = nn.Parameter(torch.ones(2, width))
+            self.ln_b = nn.Parameter(torch.zeros(2, width))
+        # Hidden layers after the first (none by default, which leaves a one-layer critic's
+        # parameters, their order and their initial values as they were): (2, width, width) each.
+        self.mid_w, self.mid_b = nn.ParameterList(), nn.ParameterList()
+        self.mid_ln_w, self.mid_ln_b = nn.ParameterList(), nn.ParameterList()
+        for _ in range(layers - 1):
+            mids = [nn.Linear(width, width) for _ in range(2)]
+            self.mid_w.append(nn.Parameter(torch.stack([lin.weight.detach().t() for lin in mids])))
+            self.mid_b.append(nn.Parameter(torch.stack([lin.bias.detach() for lin in mids]).unsqueeze(1)))
+            if layer_norm:
+                self.mid_ln_w.append(nn.Parameter(torch.ones(2, 1, width)))
+                self.mid_ln_b.append(nn.Parameter(torch.zeros(2, 1, width)))
 
     def core(self, obs: torch.Tensor, prev_act: torch.Tensor, memory: bool = True) -> torch.Tensor:
         """h for every step of time-major (T, B, .) inputs.  Without ``memory`` (Config.critic_memory)
@@ -138,7 +151,7 @@ class Critic(nn.Module):
         return h
 
     def head_input(self, h: torch.Tensor) -> torch.Tensor:
-        """The h-dependent half of the heads' first layer, (T*B, 2*128): both heads side
+        """The h-dependent half of the heads' first layer, (T*B, 2*width): both heads side
         by side.  The replayed and the policy's actions share it, so it is computed once
         per update."""
         H = h.shape[-1]
@@ -151,19 +164,27 @@ class Critic(nn.Module):
         """Q1, Q2 of shape (2, T, B) from ``head_input(h)`` and actions (T, B, A).
         ``detach_params`` lets the actor loss use the critic without sending gradient
         into it, so one backward serves all three losses."""
-        w1a, w2, b2 = self.w1a, self.w2, self.b2
-        if detach_params:
-            hw, w1a, w2, b2 = hw.detach(), w1a.detach(), w2.detach(), b2.detach()
+        def p(x: torch.Tensor) -> torch.Tensor:
+            return x.detach() if detach_params else x
+
         T, B, A = act.shape
-        y = torch.addmm(hw, act.reshape(T * B, A), w1a.permute(1, 0, 2).reshape(A, -1))
+        W = self.width
+        y = torch.addmm(p(hw), act.reshape(T * B, A), p(self.w1a).permute(1, 0, 2).reshape(A, -1))
         if self.layer_norm:
-            ln_w, ln_b = (self.ln_w.detach(), self.ln_b.detach()) if detach_params else (self.ln_w, self.ln_b)
-            y = (F.layer_norm(y.view(T * B, 2, FC_HIDDEN), (FC_HIDDEN,)) * ln_w + ln_b).view(T * B, -1)
+            y = (F.layer_norm(y.view(T * B, 2, W), (W,)) * p(self.ln_w) + p(self.ln_b)).view(T * B, -1)
         y = F.relu(y)
-        # Second layer (128 -> 1 per head) as one matmul with a block-diagonal (256, 2)
-        # weight; a multiply-and-sum over each head's half cost ~1 ms more per update.
-        q = torch.addmm(b2.view(2), y, torch.block_diag(w2[0], w2[1]))
-        return q.t().view(2, T, B)
+        if not len(self.mid_w):
+            # Second layer (width -> 1 per head) as one matmul with a block-diagonal (2*width, 2)
+            # weight; a multiply-and-sum over each head's half cost ~1 ms more per update.
+            q = torch.addmm(p(self.b2).view(2), y, torch.block_diag(*p(self.w2)))
+            return q.t().view(2, T, B)
+        y = y.view(T * B, 2, W).transpose(0, 1)  # (2, T*B, W): each head's rows apart
+        for i in range(len(self.mid_w)):
+            y = torch.baddbmm(p(self.mid_b[i]), y, p(self.mid_w[i]))
+            if self.layer_norm:
+                y = F.layer_norm(y, (W,)) * p(self.mid_ln_w[i]) + p(self.mid_ln_b[i])
+            y = F.relu(y)
+        return torch.baddbmm(p(self.b2), y, p(self.w2)).view(2, T, B)
 
 
 class SACLSTMLearner:
@@ -183,8 +204,10 @@ class SACLSTMLearner:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
             self.actor = Actor(obs_dim, act_dim, cfg.hidden, quant, cfg.quant_bits, cfg.critic_obs)
-            self.critic = Critic(obs_dim, act_dim, cfg.hidden, cfg.critic_layer_norm)
-            self.target = Critic(obs_dim, act_dim, cfg.hidden, cfg.critic_layer_norm)
+            critic = dict(layer_norm=cfg.critic_layer_norm, layers=cfg.critic_head_layers,
+                          width=cfg.critic_head_width)
+            self.critic = Critic(obs_dim, act_dim, cfg.hidden, **critic)
+            self.target = Critic(obs_dim, act_dim, cfg.hidden, **critic)
         self.target.load_state_dict(self.critic.state_dict())
         self.target.requires_grad_(False)
         # Eval mode: the target never backpropagates, and oneDNN's inference LSTM skips the
@@ -354,6 +377,11 @@ class SACLSTMLearner:
                              f"this one {self.obs_dim}/{self.act_dim}")
         for prefix, mod in (("actor", self.actor), ("critic", self.critic), ("target", self.target)):
             sd = mod.state_dict()
+            if prefix != "actor":  # deeper saved heads would otherwise load as a shallower critic, silently
+                extra = sorted(k for k in arrays if k.startswith(prefix + ".") and k[len(prefix) + 1:] not in sd)
+                if extra:
+                    raise ValueError(f"saved learner has {prefix} parameters this one lacks: {', '.join(extra[:4])} "
+                                     "(its Q heads have more layers: critic_head_layers)")
             new = {}
             for k, v in sd.items():
                 a = arrays[f"{prefix}.{k}"]

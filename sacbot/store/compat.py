@@ -19,6 +19,8 @@ RESUME_FIELDS = {
     "memoryless": "whether the actor and critic were trained with a recurrent state at all",
     "critic_memory": "whether the critic read the history or each step alone",
     "critic_layer_norm": "the critic's heads' layers (layer norm has parameters of its own)",
+    "critic_head_layers": "how many hidden layers the critic's Q heads have",
+    "critic_head_width": "the width of the critic's Q heads' layers",
     "reward_input": "the networks' inputs (the previous reward is one of them)",
     "reward_input_squash": "how the previous reward is scaled as the networks' input",
     "critic_obs": "which observation values the actor reads (the rest are the critic's alone)",
@@ -27,7 +29,7 @@ RESUME_FIELDS = {
 
 # A saved config without these fields was trained with this value (the field came later).
 ABSENT_MEANS = {"reward_input": False, "reward_input_squash": "off", "critic_obs": 0, "critic_memory": True,
-               "critic_layer_norm": False}
+               "critic_layer_norm": False, "critic_head_layers": 1, "critic_head_width": 128}
 
 
 def saved_settings(saved_cfg: dict) -> dict:
