@@ -251,7 +251,7 @@ def _follow_saved_bot(cfg: Config, given: frozenset[str], found: tuple[dict, str
 
 
 def cmd_inspect(args) -> int:
-    from sacbot.store.compat import ABSENT_MEANS
+    from sacbot.store.compat import ABSENT_MEANS, RESUME_FIELDS
     from sacbot.store.errors import CheckpointError, CheckpointStop
     from sacbot.store.read import read_checkpoint
 
@@ -275,10 +275,8 @@ def cmd_inspect(args) -> int:
     cap = ck["byte_cap"]
     print(f"  byte cap {cap.bytes:,d} ({cap.why}); the entries hold {raw:,d} decompressed bytes")
     cfg = m.get("config", {})
-    keys = ("env", "hidden", "batch_size", "seq_len", "utd_ratio", "buffer_size", "quant", "quant_bits",
-            "memoryless", "critic_memory", "critic_layer_norm", "critic_head_layers", "critic_head_width",
-            "reward_input", "reward_input_squash",
-            "critic_obs", "gamma", "n_step")
+    # The settings that shape its networks (what a resume compares), then how it was trained.
+    keys = ("env", *RESUME_FIELDS, "batch_size", "seq_len", "utd_ratio", "buffer_size", "gamma", "n_step")
     # A file from before a setting existed was trained as ABSENT_MEANS says: show that, since a
     # refused resume sends the user here for the bot's settings.
     if cfg:
