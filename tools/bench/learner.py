@@ -169,7 +169,7 @@ def main() -> None:
              "--threads", str(a.threads)]
     res: dict[str, list[float]] = {"naive": [], "on": [], "off": []}
     if a.against:
-        if not os.path.isfile(os.path.join(a.against, "sacbot", "sac.py")):
+        if not os.path.isfile(os.path.join(a.against, "sacbot", "learning", "sac.py")):
             sys.exit(f"bench_learner: --against {a.against}: no sacbot/learning/sac.py there")
         res["against_on"] = []
     for r in range(a.rounds):
