@@ -161,6 +161,22 @@ def test_bench_tankduel_finals_are_each_seeds_last_point_and_the_gap_over_the_co
     assert f["tracker"] == {"sacbot": {"0": 0.95}, "sacbot_mean": 0.95} and set(f) == {"sitting_duck", "tracker"}
 
 
+@pytest.mark.timeout(120)
+def test_bench_learner_times_another_checkout_beside_this_one(tmp_path):
+    """--against DIR times DIR's learner in the same rounds; a folder without sacbot's learner is
+    refused by name.  The yardstick here is a stub: only the tool's plumbing is under test."""
+    stub = tmp_path / "naive.py"
+    stub.write_text('import json\nprint(json.dumps({"grad_steps_per_s": 10.0}))\n')
+    sizes = ["--naive", stub, "--rounds", "1", "--seconds", "0.2", "--hidden", "8", "--batch", "2", "--seq-len", "4",
+             "--obs-dim", "3", "--act-dim", "1"]
+    p = run_tool("bench/learner", *sizes, "--against", tmp_path)
+    assert p.returncode != 0 and "no sacbot/learning/sac.py there" in p.stderr, p.stderr
+    p = run_tool("bench/learner", *sizes, "--against", TOOLS.parent)
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    assert res["median_steps_per_s"]["naive"] == 10.0 and res["median_steps_per_s"]["against_on"] > 0
+
+
 @pytest.mark.timeout(60)
 def test_bench_cluster_refuses_a_capacity_part_without_the_yardstick_before_measuring(tmp_path):
     # The capacity part runs tools/bench/learner.py, which cannot run without the yardstick: refused
