@@ -157,7 +157,8 @@ FIXTURE_V1 = os.path.join(os.path.dirname(__file__), "fixtures", "ckpt_v1.zip")
 def test_version_1_fixture_loads_through_the_migration():
     c = ck.read_checkpoint(FIXTURE_V1)
     assert c["manifest"]["migrated_from"] == 1 and "alpha" not in c["arrays"]
-    cfg = Config(hidden=8, batch_size=2, seq_len=4, learning_starts=2, calib_updates=2, seed=5)
+    cfg = Config(hidden=8, batch_size=2, seq_len=4, learning_starts=2, calib_updates=2, seed=5,
+                 critic_layer_norm=False)  # as it was trained: before the setting
     st = TrainingState.fresh(cfg, 3, 1)
     st.load_payload(c["arrays"], c["meta"])
     assert st.grad_steps == 9 and len(st.replay) == 10
@@ -175,7 +176,8 @@ def test_version_2_fixture_with_its_single_replay_entry_loads():
     expected = np.load(FIXTURE_V2.replace(".zip", "_expected.npz"))
     for k in expected.files:
         assert np.array_equal(c["arrays"][k], expected[k]), k
-    cfg = Config(hidden=8, batch_size=2, seq_len=4, learning_starts=2, calib_updates=2, seed=6)
+    cfg = Config(hidden=8, batch_size=2, seq_len=4, learning_starts=2, calib_updates=2, seed=6,
+                 critic_layer_norm=False)  # as it was trained: before the setting
     st = TrainingState.fresh(cfg, 3, 1)
     st.load_payload(c["arrays"], c["meta"])
     assert len(st.replay) == 12 and st.grad_steps == 11
@@ -854,7 +856,7 @@ def test_atomic_write_text_replaces_the_file_whole(tmp_path):
 # --- settings changed on resume ---------------------------------------------------------------
 @pytest.mark.parametrize("field,now", [("hidden", 16), ("quant", "off"), ("quant_bits", 4), ("memoryless", True),
                                        ("reward_input", True), ("reward_input_squash", "symlog"), ("critic_obs", 1),
-                                       ("critic_memory", False), ("critic_layer_norm", True),
+                                       ("critic_memory", False), ("critic_layer_norm", False),
                                        ("critic_head_layers", 2), ("critic_head_width", 64)])
 def test_each_field_that_changes_the_learner_is_a_mismatch_naming_both_values(good_dir, field, now):
     saved = Config(hidden=8).to_dict()
@@ -907,7 +909,10 @@ def test_other_fields_resume_and_several_differences_are_all_named():
     changed = Config(hidden=8, buffer_size=5000, batch_size=64, seq_len=8, lr=1e-3, device="cpu", utd_ratio=4.0,
                      calib_updates=10, keep_last=1, env_kwargs='{"opponents": ["spinner"]}').to_dict()
     assert ck.config_differences(saved, changed) == []  # buffer_size included: the newest rows are kept
-    assert ck.config_differences({"hidden": 8}, changed) == []  # an older file's missing fields: not compared
+    # an older file's missing fields: not compared, but for those that shape the network, which mean
+    # what that file was trained with (layer norm: off)
+    assert ck.config_differences({"hidden": 8}, {**changed, "critic_layer_norm": False}) == []
+    assert ck.config_differences({"hidden": 8}, changed) == [("critic_layer_norm", False, True)]
     fp32 = {**saved, "quant": "off"}
     assert ck.config_differences(fp32, {**fp32, "quant_bits": 4}) == []  # an fp32 actor has no grid
     c = {"manifest": {"config": saved, "spaces": SPACES}}

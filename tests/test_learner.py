@@ -491,7 +491,7 @@ def test_a_critic_without_memory_reads_each_step_alone(critic_memory):
 
 
 def test_the_critic_layer_norm_normalizes_each_head_on_its_own(monkeypatch):
-    """--critic-layer-norm: each head's hidden layer, before its gain and bias, has mean 0 and
+    """Layer norm in the critic (the default): each head's hidden layer, before its gain and bias, has mean 0 and
     variance 1 over its 128 units, whatever scale its inputs come at; an update trains the gains."""
     cfg = Config(quant="off", seed=0, hidden=8, critic_layer_norm=True)
     learner = SACLSTMLearner(2, 1, cfg)
@@ -517,7 +517,8 @@ def test_the_critic_layer_norm_normalizes_each_head_on_its_own(monkeypatch):
     learner.update(buf.sample(8, 6, np.random.default_rng(1)))
     assert (critic.ln_w.detach() - gain).abs().max().item() > 0
     assert [p.shape for p in learner.target.parameters()] == [p.shape for p in critic.parameters()]
-    assert not hasattr(SACLSTMLearner(2, 1, Config(quant="off", seed=0, hidden=8)).critic, "ln_w")
+    assert hasattr(SACLSTMLearner(2, 1, Config(quant="off", seed=0, hidden=8)).critic, "ln_w")  # the default
+    assert not hasattr(SACLSTMLearner(2, 1, dataclasses.replace(cfg, critic_layer_norm=False)).critic, "ln_w")
 
 
 @pytest.mark.parametrize("layer_norm", [False, True])
@@ -567,15 +568,22 @@ def test_deeper_q_heads_compute_each_head_as_a_plain_mlp_and_train(layer_norm):
     same = SACLSTMLearner(2, 1, dataclasses.replace(cfg, seed=5))
     same.load_state(arrays, meta)
     assert torch.equal(same.critic.mid_w[1], c.mid_w[1])
+    other_norm = SACLSTMLearner(2, 1, dataclasses.replace(cfg, critic_layer_norm=not layer_norm))
+    with pytest.raises(ValueError, match=f"saved learner {'has' if layer_norm else 'lacks'} critic parameters "
+                                         r".*critic\.(mid_)?ln_.*another critic_layer_norm or critic_head_layers"):
+        other_norm.load_state(arrays, meta)
 
 
 def test_one_layer_q_heads_keep_the_parameters_they_always_had():
-    """The default (one hidden layer of 128) has no deeper layers' parameters, so bots saved
-    before the setting load as they are."""
-    critic = SACLSTMLearner(2, 1, Config(quant="off", seed=0, hidden=8)).critic
-    assert sorted(critic.state_dict()) == ["b1", "b2", "fc1.bias", "fc1.weight", "lstm.bias_hh_l0", "lstm.bias_ih_l0",
-                                           "lstm.weight_hh_l0", "lstm.weight_ih_l0", "w1a", "w1h", "w2"]
-    assert tuple(critic.w1h.shape) == (2, 8, 128)
+    """Plain heads (one hidden layer of 128, no layer norm) have no deeper layers' parameters, so
+    bots saved before those settings load as they are; the default adds only the norm's gain and bias."""
+    plain = SACLSTMLearner(2, 1, Config(quant="off", seed=0, hidden=8, critic_layer_norm=False)).critic
+    before = ["b1", "b2", "fc1.bias", "fc1.weight", "lstm.bias_hh_l0", "lstm.bias_ih_l0",
+              "lstm.weight_hh_l0", "lstm.weight_ih_l0", "w1a", "w1h", "w2"]
+    assert sorted(plain.state_dict()) == before
+    assert tuple(plain.w1h.shape) == (2, 8, 128)
+    default = SACLSTMLearner(2, 1, Config(quant="off", seed=0, hidden=8)).critic
+    assert set(default.state_dict()) - set(before) == {"ln_w", "ln_b"}
 
 
 def test_a_cpu_device_number_is_refused_as_selecting_nothing():
