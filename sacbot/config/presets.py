@@ -5,8 +5,8 @@ every setting the user gives (TOML, ``SACBOT_*`` env vars, flags).  Values are r
 config values, checked like any other setting.
 
 A preset stays only where a measurement shows the defaults fall short on that env, and says
-what it buys.  Hence none for ``sacbot/Pendulum-P-v0`` (the defaults reach -138, -149 and -247
-at 25k steps, seeds 0-2, inside the Pendulums' goal of -200) nor for ``sacbot/TankDuelRadar-v0``
+what it buys.  Hence none for ``sacbot/Pendulum-P-v0`` (the defaults reach -125, -110 and -212
+at 25k steps, seeds 0-2, mean -149, inside the Pendulums' goal of -200) nor for ``sacbot/TankDuelRadar-v0``
 (with TankDuel's temperature it was not learnt: 0% to 203k steps).
 """
 
@@ -43,8 +43,9 @@ PRESETS: dict[str, dict] = {
     "sacbot/TankDuelRadar-v1": {"init_alpha": 0.02, "n_step": 5, "burn_in": 8, "critic_memory": False,
                                 "target_entropy_per_dim": -0.5, "critic_layer_norm": False},
     # Velocity alone: the previous reward (-(angle^2 + ...)) tells the angle the observation
-    # hides.  Seeds 0-2, 25k lockstep steps, 10 eval episodes: -127, -123, -214 with it, -772,
-    # -567, -857 without (the robustness suite's Pendulum-V, docs/experiments.md).
+    # hides.  Seeds 0-2, 25k lockstep steps, 10 eval episodes: -111, -136, -183 with it (mean
+    # -143), -185, -294, -450 without (mean -310, past the Pendulums' goal of -200; the robustness
+    # suite's Pendulum-V, docs/experiments.md).
     "sacbot/Pendulum-V-v0": {"reward_input": True},
 }
 
