@@ -537,16 +537,16 @@ def test_deeper_q_heads_compute_each_head_as_a_plain_mlp_and_train(layer_norm):
     h = c.core(obs, torch.zeros(5, 4, 1))
     q = c.heads(c.head_input(h), act)
 
-    def norm(y, k, w, b):
-        return torch.nn.functional.layer_norm(y, (16,)) * w + b if layer_norm else y
+    def norm(y, w, b):
+        return torch.nn.functional.layer_norm(y, (16,)) * w + b
 
     x = torch.cat([h.reshape(20, 8), act.reshape(20, 1)], -1)
     for k in range(2):  # each head by hand, from the stacked weights
         y = x @ torch.cat([c.w1h[k], c.w1a[k]]) + c.b1[k]
-        y = torch.relu(norm(y, k, c.ln_w[k], c.ln_b[k]) if layer_norm else y)
+        y = torch.relu(norm(y, c.ln_w[k], c.ln_b[k]) if layer_norm else y)
         for i in range(2):
             y = y @ c.mid_w[i][k] + c.mid_b[i][k]
-            y = torch.relu(norm(y, k, c.mid_ln_w[i][k], c.mid_ln_b[i][k]) if layer_norm else y)
+            y = torch.relu(norm(y, c.mid_ln_w[i][k], c.mid_ln_b[i][k]) if layer_norm else y)
         ref = (y @ c.w2[k] + c.b2[k]).view(5, 4)
         assert (q[k] - ref).abs().max().item() < 1e-5
     c.zero_grad()

@@ -6,8 +6,8 @@ config values, checked like any other setting.
 
 A preset stays only where a measurement shows the defaults fall short on that env, and says
 what it buys.  Hence none for ``sacbot/Pendulum-P-v0`` (the defaults reach -125, -110 and -212
-at 25k steps, seeds 0-2, mean -149, inside the Pendulums' goal of -200) nor for ``sacbot/TankDuelRadar-v0``
-(with TankDuel's temperature it was not learnt: 0% to 203k steps).
+at 25k steps, seeds 0-2, mean -149, inside the Pendulums' goal of -200) nor for
+``sacbot/TankDuelRadar-v0`` (with TankDuel's temperature it was not learnt: 0% to 203k steps).
 """
 
 from __future__ import annotations

@@ -380,12 +380,13 @@ class SACLSTMLearner:
             if prefix != "actor":  # deeper saved heads would otherwise load as a shallower critic, silently
                 extra = sorted(k for k in arrays if k.startswith(prefix + ".") and k[len(prefix) + 1:] not in sd)
                 missing = sorted(f"{prefix}.{k}" for k in sd if f"{prefix}.{k}" not in arrays)
-                if extra or missing:
-                    names = extra or missing
-                    raise ValueError(f"saved learner {'has' if extra else 'lacks'} {prefix} parameters "
-                                     f"{'this one lacks' if extra else 'this one has'}: {', '.join(names[:4])} "
-                                     "(its Q heads were built with another critic_layer_norm or "
-                                     "critic_head_layers)")
+                why = "(its Q heads were built with another critic_layer_norm or critic_head_layers)"
+                if extra:
+                    raise ValueError(f"saved learner has {prefix} parameters this one lacks: "
+                                     f"{', '.join(extra[:4])} {why}")
+                if missing:
+                    raise ValueError(f"saved learner lacks {prefix} parameters this one has: "
+                                     f"{', '.join(missing[:4])} {why}")
             new = {}
             for k, v in sd.items():
                 a = arrays[f"{prefix}.{k}"]
