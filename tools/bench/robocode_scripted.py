@@ -82,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="fire only when the gun is this many degrees or fewer from the lead (default 2)")
     p.add_argument("--stand-still", action="store_true", help="radar, gun and fire only: the body never moves")
     p.add_argument("--seed", type=int, default=1, help="the movement's random reversals")
+    p.add_argument("--battle-seed", type=int, default=None,
+                   help="seed Robocode's own random numbers (its RANDOMSEED property: where the robots start each "
+                        "round), so a battle repeats; default: unseeded, as Robocode plays")
     p.add_argument("--gun", choices=GUNS, default=GUNS[0],
                    help="the robot's gun mapping (sacbot robocode --gun); with 'lead' or 'gated' the policy's gun "
                         "action is 0 (default turn)")
@@ -104,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     props = {"scripted.power": repr(a.power), "scripted.tolerance": repr(a.tolerance),
              "scripted.move": str(not a.stand_still).lower(), "scripted.seed": str(a.seed),
              "sacbot.gun": a.gun}
+    if a.battle_seed is not None:
+        props["RANDOMSEED"] = str(a.battle_seed)
     battles = []
     with tempfile.TemporaryDirectory(prefix="sacbot-robocode-scripted-") as tmp:
         place(inst, tmp)
@@ -113,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{describe_shooting(b)}", file=sys.stderr)
             battles.append(b)
     print(json.dumps({"policy": "stand still" if a.stand_still else "move", "gun": a.gun, "power": a.power,
-                      "tolerance_deg": a.tolerance, "seed": a.seed,
+                      "tolerance_deg": a.tolerance, "seed": a.seed, "battle_seed": a.battle_seed,
                       "win_rates": {b["opponent"]: b["win_rate"] for b in battles}, "battles": battles}))
     return 0
 
