@@ -306,13 +306,18 @@ def test_a_forked_child_that_exits_does_not_close_its_parents_agent(tmp_path):
               "from sacbot import Agent\n"
               f"agent = Agent(small_cfg(__import__('pathlib').Path({str(tmp_path)!r})), OBS_SPACE, ACT_SPACE)\n"
               "play(agent, 10)\n"
+              "import torch.library, weakref\n"
               "pid = os.fork()\n"
               "if pid == 0:\n"
-              "    sys.exit(0)  # the child's interpreter exits normally: atexit runs there\n"
-              "os.waitpid(pid, 0)\n"
-              "print('closed', agent.close()['final_save']['ok'], flush=True)\n")
+              "    libs = [f for f in list(weakref.finalize._registry) if f.peek()[1] is torch.library._del_library]\n"
+              "    # the child's interpreter exits normally: atexit runs there, but not torch's deregistrations\n"
+              "    sys.exit(0 if libs and not any(f.atexit for f in libs) else 9)\n"
+              "_, st = os.waitpid(pid, 0)\n"
+              "print('child', os.waitstatus_to_exitcode(st), 'closed', agent.close()['final_save']['ok'])\n")
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=100)
-    assert p.returncode == 0 and p.stdout.strip() == "closed True", p.stderr
+    # A child exit of 9: torch would deregister its operators at the child's exit, which waits forever if the
+    # parent's training thread was inside the dispatcher's table at the fork (about 1 fork in 300 under load).
+    assert p.returncode == 0 and p.stdout.strip() == "child 0 closed True", (p.stdout, p.stderr)
     assert "still open at exit" not in p.stderr  # the child closed nothing of its parent's
 
 

@@ -12,8 +12,10 @@ link's snapshot and status through ``push_status``.  Nothing torch crosses the t
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+import weakref
 
 from sacbot.learning.training import LearnerLoop, LearnerSpec
 from sacbot.wire.boundary import LearnerLink, not_confirmed
@@ -21,6 +23,29 @@ from sacbot.wire.messages import Shutdown
 from sacbot.wire.status import LearnerStatus
 
 log = logging.getLogger("sacbot")
+
+
+def _no_torch_teardown_in_child() -> None:
+    """A child forked from a bot whose training thread runs must not deregister torch's operator
+    libraries at its exit (torch does it in weakref finalizers, which run at exit).  The training thread
+    may have been reading the dispatcher's operator table at the fork; the child inherits that reader's
+    count with no thread left to drop it, and the deregistration's write waits for it forever (seen: a
+    child's ``sys.exit`` spinning in ``c10::Dispatcher::cleanup``, about once in 300 forks under load).
+    The operating system frees all of it at exit anyway.  Private names of CPython's weakref and of
+    torch: if either moves, nothing is skipped, as before."""
+    try:
+        import torch.library
+
+        for f in list(weakref.finalize._registry):  # type: ignore[attr-defined]
+            info = f.peek()
+            if info is not None and info[1] is torch.library._del_library:
+                f.atexit = False
+    except Exception:  # noqa: BLE001 - a fork must not fail over a teardown it could not skip
+        pass
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; Windows forks nothing
+    os.register_at_fork(after_in_child=_no_torch_teardown_in_child)
 
 
 class ThreadLearner(LearnerLink):
