@@ -38,6 +38,7 @@ import numpy as np
 from sacbot.acting import policy
 from sacbot.acting.errors import AgentError, AgentInterrupted
 from sacbot.acting.latency import LatencyWindow
+from sacbot.acting.noise import ColoredNoise
 from sacbot.acting.spaces import input_dim, learner_spaces, reward_feature, space_dims
 from sacbot.config import Config, ConfigError
 from sacbot.console import Log
@@ -104,6 +105,9 @@ class Agent:
         self._half = ((action_space.high - action_space.low) / 2).astype(np.float32)
         self.eval_mode = cfg.eval_mode
         self.rng = np.random.default_rng(cfg.seed + 7919)  # acting noise, apart from training's
+        # White noise is the generator's own draws, as before coloured noise existed (same numbers).
+        self.noise: ColoredNoise | np.random.Generator = (
+            ColoredNoise(cfg.noise_color, self.act_dim, self.rng) if cfg.noise_color > 0 else self.rng)
         self.started = time.time()
         self.ticks = self.episodes = self.episodes_started = 0
         self.sent = 0
@@ -213,11 +217,13 @@ class Agent:
                 self.params = policy.build_params(arrays)
         if self.cfg.memoryless:  # the control experiment: nothing carried from the last tick
             self.pstate = policy.initial_state(self.params)
-        a, self.pstate = policy.act(self.params, x, self.pstate, None if self.eval_mode else self.rng)
+        a, self.pstate = policy.act(self.params, x, self.pstate, None if self.eval_mode else self.noise)
         if self.learning_starts_left > 0:
-            # Uniform exploration until learning starts, as SB3 does; the recurrent
-            # state still sees the action actually taken.
-            a = self.rng.uniform(-1.0, 1.0, self.act_dim).astype(np.float32)
+            # Uniform exploration until learning starts, as SB3 does, or with coloured noise the tick's
+            # draw squashed (uniform draws would cancel its drift); the recurrent state still sees the
+            # action actually taken.
+            a = (np.tanh(self.noise.last) if isinstance(self.noise, ColoredNoise)
+                 else self.rng.uniform(-1.0, 1.0, self.act_dim).astype(np.float32))
             self.pstate = self.pstate._replace(prev_act=a)
         self._last_obs, self._last_action = x, a
         self.ticks += 1
@@ -299,6 +305,8 @@ class Agent:
         self.opponent = check_opponent(opponent)
         self.episodes_started += 1
         self.pstate = policy.initial_state(self.params)
+        if isinstance(self.noise, ColoredNoise) and not self.eval_mode:
+            self.noise.restart()  # here, between episodes, rather than inside the first act()
         self._last_obs = None
         self._prev_reward = 0.0
         self._ep_return, self._ep_len = 0.0, 0

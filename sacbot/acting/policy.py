@@ -6,7 +6,8 @@ Usage::
     state = initial_state(params)                    # at every episode start
     for tick in game:
         action, state = act(params, obs, state)      # deterministic: tanh(mean)
-        action, state = act(params, obs, state, rng) # stochastic, for exploration
+        action, state = act(params, obs, state, rng) # stochastic, for exploration (a numpy
+                                                     # Generator, or noise.ColoredNoise)
 
 It computes what the learner's fake-quant actor computes (sacbot/learning/quant.py): quantized
 linear layers multiply integer-valued float32 arrays, which is exact, then apply
@@ -21,7 +22,7 @@ p99 ~9 ms per call; numpy stays near 0.1 ms.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -152,9 +153,16 @@ def mean_and_log_std(params: ActorParams, obs: np.ndarray, state: PolicyState):
     return mu, log_std, h, c
 
 
+class Noise(Protocol):
+    """Where exploration draws come from: a ``numpy.random.Generator`` (white) or a ColoredNoise."""
+
+    def standard_normal(self, size: int) -> np.ndarray: ...
+
+
 def act(params: ActorParams, obs: np.ndarray, state: PolicyState,
-        rng: np.random.Generator | None = None) -> tuple[np.ndarray, PolicyState]:
-    """(action in [-1, 1]^A, next state).  With no rng: tanh of the mean."""
+        rng: Noise | None = None) -> tuple[np.ndarray, PolicyState]:
+    """(action in [-1, 1]^A, next state).  With no rng: tanh of the mean; with one, tanh of the mean
+    plus the standard deviation times ``rng.standard_normal(act_dim)``."""
     mu, log_std, h, c = mean_and_log_std(params, obs, state)
     u = mu if rng is None else mu + np.exp(log_std) * rng.standard_normal(params.act_dim).astype(np.float32)
     action = np.tanh(u).astype(np.float32)

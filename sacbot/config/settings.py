@@ -143,6 +143,12 @@ class Config:
                                              "(the target is this times the action size). -1: SAC's heuristic "
                                              "(SB3's 'auto', -dim(A)). Higher explores more.",
                                        min=-10.0, max=0.5, group="learner")
+    noise_color: float = _f(0.0, "Exploration noise's spectrum, 1/f^beta along time: 0 white (SAC's own, a fresh "
+                                 "draw each tick), 1 pink, 2 red. Coloured noise keeps each tick's draw a unit "
+                                 "Gaussian but correlates it with its neighbours, so exploration can push one way "
+                                 "for many ticks (MountainCar); it restarts each episode, and above 0 the warm-up "
+                                 "before learning_starts acts on it too (tanh of the draw) instead of uniformly.",
+                             min=0.0, max=3.0, group="learner")
     memoryless: bool = _f(False, "Control experiment: reset the recurrent state (and previous action) "
                                  "every step, in acting and in training (batch_size * seq_len sequences of 1).",
                            group="learner")
