@@ -73,7 +73,7 @@ def warmup_actions(tmp_path, n=300, **kw):
     with Agent(cfg, OBS_SPACE, gym.spaces.Box(-1, 1, (2,), np.float32)) as agent:
         agent.new_episode("x")
         acts = []
-        for t in range(n):
+        for _ in range(n):
             acts.append(agent.act(np.zeros(3)))
             agent.observe(0.0, np.zeros(3), False, False)
     return np.array(acts)
