@@ -27,8 +27,8 @@ def test_aiming_by_the_observation_alone_beats_walls_standing_still(gun, toleran
     --gun lead), and the policy asks for a shot every turn (a tolerance of 180 degrees): the robot's trigger
     alone must then hold each shot until the gun points at the lead."""
     rounds = 5
-    # Seeded, so the 5 rounds start where they did when this bound was set; unseeded, about 1 run in 20 lost
-    # 2 of 5 rounds (98 of 100 won over a long battle).
+    # Seeded, so the 5 rounds start where they did when this bound was set; unseeded, a run could lose 2 of
+    # the 5 (one CI run did; 98 of 100 were won over a long battle).
     out = scripted("--opponents", "sample.Walls", "--rounds", str(rounds), "--stand-still", "--gun", gun,
                    "--tolerance", str(tolerance), "--battle-seed", "0")
     (battle,) = out["battles"]

@@ -30,7 +30,7 @@ def _no_torch_teardown_in_child() -> None:
     libraries at its exit (torch does it in weakref finalizers, which run at exit).  The training thread
     may have been reading the dispatcher's operator table at the fork; the child inherits that reader's
     count with no thread left to drop it, and the deregistration's write waits for it forever (seen: a
-    child's ``sys.exit`` spinning in ``c10::Dispatcher::cleanup``, about once in 300 forks under load).
+    child's ``sys.exit`` spinning in ``c10::Dispatcher::cleanup``, once in 80 forks beside a busy core).
     The operating system frees all of it at exit anyway.  Private names of CPython's weakref and of
     torch: if either moves, nothing is skipped, as before."""
     try:
