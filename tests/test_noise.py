@@ -86,15 +86,3 @@ def test_the_warm_up_explores_on_the_coloured_draws_and_stays_uniform_by_default
     assert abs(white.var() - 1 / 3) < 0.05 and abs(np.corrcoef(white[1:, 0], white[:-1, 0])[0, 1]) < 0.2
     assert np.corrcoef(pink[1:, 0], pink[:-1, 0])[0, 1] > 0.5
     assert np.abs(pink).max() < 1.0  # inside the box: tanh, not clipping
-
-
-def test_a_uniform_warm_up_can_come_before_coloured_noise(tmp_path):
-    import gymnasium as gym
-
-    acts = warmup_actions(tmp_path / "u", noise_color=1.0, colored_warmup=False)
-    # The warm-up is uniform, as with white noise: variance 1/3, neighbours unrelated ...
-    assert abs(acts.var() - 1 / 3) < 0.05 and abs(np.corrcoef(acts[1:, 0], acts[:-1, 0])[0, 1]) < 0.2
-    # ... and the policy's own noise, after the warm-up, is still the coloured one.
-    cfg = small_cfg(tmp_path / "n", noise_color=1.0, colored_warmup=False, learner="thread")
-    with Agent(cfg, OBS_SPACE, gym.spaces.Box(-1, 1, (2,), np.float32)) as agent:
-        assert isinstance(agent.noise, ColoredNoise) and agent.noise.beta == 1.0

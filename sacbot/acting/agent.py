@@ -108,7 +108,6 @@ class Agent:
         # White noise is the generator's own draws, as before coloured noise existed (same numbers).
         self.noise: ColoredNoise | np.random.Generator = (
             ColoredNoise(cfg.noise_color, self.act_dim, self.rng) if cfg.noise_color > 0 else self.rng)
-        self._colored_warmup = isinstance(self.noise, ColoredNoise) and cfg.colored_warmup
         self.started = time.time()
         self.ticks = self.episodes = self.episodes_started = 0
         self.sent = 0
@@ -223,7 +222,7 @@ class Agent:
             # Uniform exploration until learning starts, as SB3 does, or with coloured noise the tick's
             # draw squashed (uniform draws would cancel its drift); the recurrent state still sees the
             # action actually taken.
-            a = (np.tanh(self.noise.last) if self._colored_warmup
+            a = (np.tanh(self.noise.last) if isinstance(self.noise, ColoredNoise)
                  else self.rng.uniform(-1.0, 1.0, self.act_dim).astype(np.float32))
             self.pstate = self.pstate._replace(prev_act=a)
         self._last_obs, self._last_action = x, a

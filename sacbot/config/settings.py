@@ -147,15 +147,10 @@ class Config:
                                  "draw each tick), 1 pink, 2 red. Coloured noise keeps each tick's draw a unit "
                                  "Gaussian but correlates it with its neighbours, so exploration can push one way "
                                  "for many ticks; it restarts each episode, and above 0 the warm-up before "
-                                 "learning_starts acts on it too (tanh of the draw) instead of uniformly, unless "
-                                 "colored_warmup is off. Pink reached MountainCar's flag in 11 of 12 suite runs where "
-                                 "white never did, but balanced InvertedDoublePendulum-V worse (BENCHMARKS.md): an "
-                                 "option, not the default.",
+                                 "learning_starts acts on it too (tanh of the draw) instead of uniformly. Pink "
+                                 "reached MountainCar's flag in 11 of 12 suite runs where white never did, but "
+                                 "balanced InvertedDoublePendulum-V worse (BENCHMARKS.md): an option, not the default.",
                              min=0.0, max=3.0, group="learner")
-    colored_warmup: bool = _f(True, "With noise_color above 0, the warm-up before learning_starts acts on tanh of the "
-                                    "coloured draws (on) or uniformly, as with white noise (off); the noise after "
-                                    "the warm-up is coloured either way. No effect at noise_color 0.",
-                              group="learner")
     memoryless: bool = _f(False, "Control experiment: reset the recurrent state (and previous action) "
                                  "every step, in acting and in training (batch_size * seq_len sequences of 1).",
                            group="learner")
