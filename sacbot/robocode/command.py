@@ -50,10 +50,8 @@ PROGRESS_S = 30.0  # seconds between a battle's progress lines
 # replay kept when the opponent changes: each battle is against one opponent, and clearing the
 # replay at every change left the learner a thousand fresh transitions to overfit (a bot that won
 # 99% against sample.SittingDuck won 1 of 50 after five such battles against the others).
-# And the critic without layer norm in its heads: Robocode's goals were measured so, before layer
-# norm became the default, and it has not been run with it.
 SERVE_DEFAULTS = ("--learner", "process", "--init-alpha", "0.02", "--n-step", "5", "--burn-in", "8",
-                  "--opponent-policy", "keep", "--no-critic-layer-norm")
+                  "--opponent-policy", "keep")
 OBS_SPACE = {"shape": [OBS_SIZE], "low": -1.0, "high": 1.0}
 ACT_SPACE = {"shape": [ACT_SIZE], "low": -1.0, "high": 1.0}
 
