@@ -291,6 +291,9 @@ def test_the_robustness_suite_statistics():
     assert cell["gap_closed"] == {0: 0.6, 1: 0.133} and cell["every_seed_closes_half"] is False
     assert cell["gap_iqm"] == round((0.6 + 0.1333) / 2, 3)
     assert cell["worst"] == {"seed": 1, "return": -80.0}
+    assert "tail_gap_iqm" not in cell  # rows without a tail
+    rows[3]["tail"], rows[4]["tail"] = [-30.0, -10.0], [-40.0, -80.0]  # tail means -20 (gap 0.533), -60 (0.267)
+    assert rb.report(rows)["T P"]["sacbot"]["tail_gap_iqm"] == round((0.5333 + 0.2667) / 2, 3)
 
 
 @pytest.mark.timeout(170)
@@ -320,6 +323,14 @@ def test_the_robustness_suite_appends_each_run_and_resumes_where_it_stopped(tmp_
     cand = run_tool("bench/robust", *one, "--views", "full", "--candidate", "ri=--reward-input")
     assert cand.returncode == 0, cand.stderr
     assert [json.loads(x)["arm"] for x in out.read_text().splitlines()][4:] == ["sacbot+ri"]
+    # the last checkpoints' evals: 150 gradient steps, saves every 40, so 80, 120 and the final one
+    tail = run_tool("bench/robust", *one, "--views", "full", "--candidate", "ls=--learning-starts 50",
+                    "--tail", "3", "--tail-every", "40")
+    assert tail.returncode == 0, tail.stderr
+    row = json.loads(out.read_text().splitlines()[-1])
+    assert row["arm"] == "sacbot+ls" and len(row["tail"]) == 3 and row["tail"][-1] == row["return"]
+    assert row["tail_every"] == 40
+    assert run_tool("bench/robust", *one, "--tail", "0").returncode == 2
     bad = run_tool("bench/robust", *one, "--views", "P", "--candidate", "x=--no-such-flag")
     assert bad.returncode != 0 and "--no-such-flag" in bad.stderr
     assert run_tool("bench/robust", *args, "--candidate", "reward input").returncode == 2
