@@ -19,10 +19,10 @@ confidence interval (rliable's method, in numpy) and its worst seed; and each se
 gap between the random policy and SB3 SAC's mean on the fully observed task.
 
 A run's final eval is one draw: on InvertedDoublePendulum-V one seed's last six checkpoints,
-1,000 updates apart, returned 1,094 to 7,529 (docs/experiments.md).  So sacbot's rows also carry ``tail``: the
-eval returns of its last ``--tail`` checkpoints, ``--tail-every`` updates apart (the final one
-last), and the report each arm's ``tail_gap_iqm`` over the seeds' tail means, to tell a level from
-a lucky or unlucky last checkpoint.  The goals are judged on the final return.
+1,000 updates apart, returned 1,094 to 7,529 (docs/experiments.md).  So sacbot's rows also carry
+``tail``: the eval returns of its last ``--tail`` checkpoints, ``--tail-every`` updates apart (the
+final one last), and the report each arm's ``tail_gap_iqm`` over the seeds' tail means, to tell a
+level from a lucky or unlucky last checkpoint.  The goals are judged on the final return.
 
     python tools/bench/robust.py --steps 25000 --seeds 0 1 2                       # the suite
     python tools/bench/robust.py --tasks Pendulum-v1 --views full F --arms sacbot random \\
