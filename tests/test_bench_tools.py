@@ -278,6 +278,32 @@ def test_a_server_that_refuses_its_flags_is_named_with_its_reason_by_the_serve_b
            "buffer_size" in p.stderr, p.stderr
 
 
+def test_the_fp32_twin_keeps_the_quantizers_ranges_and_drops_only_their_rounding():
+    import numpy as np
+    lb = load_tool("bench/learning")
+    rng = np.random.default_rng(0)
+    arrays = {"export.meta.sizes": np.array([3, 1, 4, 8]), "export.meta.bits": np.array(8)}
+    shapes = {"fc1.w": (8, 4), "fc1.b": (8,), "lstm.w_ih": (16, 8), "lstm.w_hh": (16, 4), "lstm.b_ih": (16,),
+              "lstm.b_hh": (16,), "fc2.w": (8, 4), "fc2.b": (8,), "head.w": (2, 8), "head.b": (2,)}
+    for k, shape in shapes.items():
+        arrays["actor." + lb._FP32_NAMES[k]] = rng.normal(size=shape).astype(np.float32)
+        if k.endswith(".w"):
+            arrays[f"export.{k}_scale"] = np.full(shape[0], 0.5 / 127, np.float32)  # each row's range: +-0.5
+    for layer in ("fc1", "lstm", "fc2", "head"):
+        arrays[f"export.{layer}.x_scale"], arrays[f"export.{layer}.x_range"] = np.float32(0.1), np.array([-127, 127])
+    latent = arrays["actor.fc2.weight"]
+    twin = lb.fp32_arrays(arrays)
+    inside = np.abs(latent) <= 0.5
+    assert (~inside).any() and inside.any()
+    np.testing.assert_array_equal(twin["fc2.w"][inside], latent[inside])  # no rounding inside the range
+    np.testing.assert_allclose(twin["fc2.w"][~inside], 0.5 * np.sign(latent[~inside]), rtol=1e-6)  # clamped
+    assert twin["fc2.w_scale"].tolist() == [1.0] * 8 and twin["fc1.x_range"].tolist() == [-127 * 4096, 127 * 4096]
+    np.testing.assert_allclose(twin["fc1.x_scale"] * twin["fc1.x_range"][1], 12.7, rtol=1e-6)  # the same input range
+    bare = lb.fp32_arrays(arrays, clip=False)
+    np.testing.assert_array_equal(bare["fc2.w"], latent)
+    assert "fc2.w_scale" not in bare and "fc1.x_scale" not in bare
+
+
 def test_the_robustness_suite_statistics():
     rb = load_tool("bench/robust")
     assert rb.iqm([1, 2, 3, 4, 100, -100, 5, 6]) == 3.5  # the middle half of 8: 2, 3, 4, 5

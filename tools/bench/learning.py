@@ -110,25 +110,35 @@ _FP32_NAMES = {"fc1.w": "fc1.weight", "fc1.b": "fc1.bias", "fc2.w": "fc2.weight"
 
 
 def fp32_actor(path: str, clip: bool = True) -> dict[str, np.ndarray]:
-    """The same checkpoint's actor in fp32: its latent float weights, no rounding.
-
-    With ``clip`` (the fair comparison) each layer's input is still clipped to the range the
-    quantizer learned, as a float: the range stays, the grid gets 2**12 times finer.  The QAT
-    actor learns to rely on that clip (on Pendulum-P, 28% of fc2's inputs lay outside it), so
-    without it the float net is another function.  Without ``clip``: the bare float weights."""
+    """The same checkpoint's actor in fp32: its latent float weights, no rounding."""
     from sacbot.store import checkpoint as ck
-    arrays = ck.read_checkpoint(path, entries=("model", "actor"))["arrays"]
+    return fp32_arrays(ck.read_checkpoint(path, entries=("model", "actor"))["arrays"], clip)
+
+
+def fp32_arrays(arrays: dict[str, np.ndarray], clip: bool = True) -> dict[str, np.ndarray]:
+    """A checkpoint's arrays (model and actor entries) as an fp32 actor for sacbot.acting.policy.
+
+    With ``clip`` (the fair comparison) the quantizers' ranges stay and only their rounding goes:
+    each layer's input is clipped to the range its quantizer learned, as a float on a grid 2**12
+    times finer, and each weight to its row's range (Qp times its scale), as the trained actor's
+    forward clamps it.  The QAT actor learns to rely on both clips (on Pendulum-P, 28% of fc2's
+    inputs lay outside their range; on one Pendulum-V actor 9-28% of each layer's latent weights
+    lay outside theirs, which LSQ's forward never used), so without them the float net is another
+    function.  Without ``clip``: the bare latent float weights."""
     out = {k: np.asarray(arrays["actor." + v], np.float32) for k, v in _FP32_NAMES.items()}
     out["meta.sizes"] = arrays["export.meta.sizes"]
     out["meta.quantized"] = np.array(False)
     if clip:
         fine = 2**12
+        qp = 2 ** (int(arrays["export.meta.bits"]) - 1) - 1  # signed weight grid [-Qp, Qp]
         for layer in ("fc1", "lstm", "fc2", "head"):
             if f"export.{layer}.x_scale" in arrays:
                 out[f"{layer}.x_scale"] = np.float32(arrays[f"export.{layer}.x_scale"] / fine)
                 out[f"{layer}.x_range"] = arrays[f"export.{layer}.x_range"] * fine
         for k in _FP32_NAMES:  # float weights: unit scales (sacbot.acting.policy multiplies by them)
             if f"export.{k}_scale" in arrays:
+                limit = qp * np.asarray(arrays[f"export.{k}_scale"], np.float32).reshape(-1, 1)
+                out[k] = np.clip(out[k], -limit, limit)
                 out[f"{k}_scale"] = np.ones_like(arrays[f"export.{k}_scale"])
     return out
 
