@@ -11,7 +11,8 @@ Variants (``--variants``):
 sacbot's runs save a checkpoint every ``--eval-every`` gradient steps; afterwards each one's
 deployable (int8) actor is evaluated deterministically in numpy on the same episode seeds.  SB3
 is evaluated at the same env-step marks.  ``--int8-vs-fp32`` also evaluates each final
-checkpoint's fp32 actor (the QAT actor's latent float weights, no quantizers) on those seeds.
+checkpoint's fp32 actor (the QAT actor's float weights, clipped to its quantizers' ranges and not
+rounded; and bare, as fp32_noclip) on those seeds.
 
 The anchor is pomdp-baselines (Ni et al. 2022), configs/pomdp/pendulum/v/rnn.yml: separate
 LSTM actor and critic, whole-episode sequences (sampled_seq_len -1: 200 steps), batch 32

@@ -80,8 +80,9 @@ def play(env: gym.Env, act, episodes: int) -> dict:
 
 
 def actor_fn(path: str, kind: str = "int8"):
-    """kind: int8 (as deployed), fp32 (float weights, inputs clipped to the learned ranges) or
-    fp32-noclip (the bare float weights); see tools/bench/learning.py, fp32_actor."""
+    """kind: int8 (as deployed), fp32 (float weights and inputs each clipped to the learned ranges,
+    unrounded) or fp32-noclip (the bare latent float weights); see tools/bench/learning.py,
+    fp32_arrays."""
     from tools.bench.learning import checkpoint_config, fp32_actor
 
     arrays = ck.load_actor(path) if kind == "int8" else fp32_actor(path, clip=kind == "fp32")
