@@ -111,7 +111,7 @@ _FP32_NAMES = {"fc1.w": "fc1.weight", "fc1.b": "fc1.bias", "fc2.w": "fc2.weight"
 
 
 def fp32_actor(path: str, clip: bool = True) -> dict[str, np.ndarray]:
-    """The same checkpoint's actor in fp32: its latent float weights, no rounding."""
+    """The same checkpoint's actor in fp32 (see fp32_arrays)."""
     from sacbot.store import checkpoint as ck
     return fp32_arrays(ck.read_checkpoint(path, entries=("model", "actor"))["arrays"], clip)
 
@@ -131,7 +131,8 @@ def fp32_arrays(arrays: dict[str, np.ndarray], clip: bool = True) -> dict[str, n
     out["meta.quantized"] = np.array(False)
     if clip:
         fine = 2**12
-        qp = 2 ** (int(arrays["export.meta.bits"]) - 1) - 1  # signed weight grid [-Qp, Qp]
+        from sacbot.learning.quant import qrange  # the grid the trained forward clamped weights to
+        qp = qrange(int(arrays["export.meta.bits"]), signed=True)[1]
         for layer in ("fc1", "lstm", "fc2", "head"):
             if f"export.{layer}.x_scale" in arrays:
                 out[f"{layer}.x_scale"] = np.float32(arrays[f"export.{layer}.x_scale"] / fine)
